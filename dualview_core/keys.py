@@ -1,0 +1,62 @@
+"""Stable content keys and digests.
+
+A seed's key is a hash of its *canonical content*: the normalised record (`query_id`, query,
+instruction, flag, and every passage's id, title and text, in order), serialised as canonical JSON.
+It ignores where the row sits in a file, the file format, column order and any extra columns, so
+reordering a file or converting it between Parquet and JSONL keeps every key; changing any text
+changes the key. Later stages cache LLM calls on it.
+
+Keys are 32 hex characters (BLAKE2b, 128 bits): collisions are not a practical concern at the
+scale of millions of rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+
+KEY_FIELDS = (
+    "query_id",
+    "query",
+    "instruction",
+    "has_instruction",
+    "positives",
+    "negatives",
+    "instruction_negatives",
+)
+PASSAGE_FIELDS = ("doc_id", "title", "text")
+
+
+def canonical_json(value: object) -> bytes:
+    """JSON with sorted keys, no whitespace and raw UTF-8: one byte string per value."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def digest(data: bytes, size: int = 16) -> str:
+    return hashlib.blake2b(data, digest_size=size).hexdigest()
+
+
+def _canonical_seed(row: Mapping) -> list:
+    # A list, not a dict: positional, so the key does not depend on JSON key order either.
+    out: list = []
+    for name in KEY_FIELDS:
+        value = row[name]
+        if name in ("positives", "negatives", "instruction_negatives"):
+            value = [[p[f] for f in PASSAGE_FIELDS] for p in value]
+        out.append(value)
+    return out
+
+
+def seed_key(row: Mapping) -> str:
+    """The content key of a normalised seed row (contracts.SEED_ROW fields; `seed_key` ignored)."""
+    return digest(canonical_json(_canonical_seed(row)))
+
+
+def content_digest(keys: Iterable[str]) -> str:
+    """An order-independent digest of a set of row keys: the dataset's identity for lineage."""
+    h = hashlib.blake2b(digest_size=16)
+    for key in sorted(keys):
+        h.update(key.encode())
+        h.update(b"\n")
+    return h.hexdigest()

@@ -1,0 +1,24 @@
+"""Where the bundled sample data lives once installed (package data, no download).
+
+- `seeds.jsonl`: Promptriever-format instruct rows across a dozen topics, each with one positive,
+  several hard negatives and 1-3 instruction negatives, plus the matching non-instruct rows.
+- `followir/`: a FollowIR-format eval set (original layout) whose changed instructions really turn
+  some relevant documents non-relevant, with top-ranked candidate lists.
+
+All of it was written for this project; it is small, for demos and tests, not for measuring models.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+_ROOT = Path(str(files("dualview_core") / "sample"))
+
+
+def seeds_path() -> str:
+    return str(_ROOT / "seeds.jsonl")
+
+
+def followir_path() -> str:
+    return str(_ROOT / "followir")

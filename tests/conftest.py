@@ -1,0 +1,20 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.factories import promptriever_row
+
+
+@pytest.fixture
+def rows() -> list[dict]:
+    """Three instruct rows and their non-instruct twins."""
+    out = []
+    for i in range(3):
+        out.append(promptriever_row(f"q{i}"))
+        out.append(promptriever_row(f"q{i}", instruct=False))
+    return copy.deepcopy(out)
+

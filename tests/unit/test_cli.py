@@ -1,0 +1,67 @@
+"""`dualview seeds check` and friends: JSON out, exit 0 when read, exit 2 with one line when not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from flows.cli import main
+from tests.factories import promptriever_row, write_jsonl
+
+
+def run(capsys, *argv) -> tuple[int, dict | None, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def test_check_prints_summary_and_writes_quarantine(tmp_path, capsys):
+    bad = promptriever_row("q2")
+    bad["new_negatives"][0]["text"] = bad["positive_passages"][0]["text"]
+    path = write_jsonl(tmp_path / "s.jsonl", [promptriever_row("q1"), bad, "{oops", promptriever_row("q1", instruct=False)])
+    qpath = tmp_path / "quarantine.parquet"
+    code, summary, err = run(capsys, "seeds", "check", str(path), "--quarantine", str(qpath))
+    assert code == 0 and err == ""
+    assert summary["rows"] == 4 and summary["valid"] == 2 and summary["quarantined"] == 2
+    assert summary["by_reason"] == {"instruction_negative_is_positive": 1, "malformed_record": 1}
+    assert summary["with_instruction_negatives"] == 1
+    q = pq.read_table(qpath).to_pylist()
+    assert [(r["row_index"], r["reason"]) for r in q] == [(1, "instruction_negative_is_positive"), (2, "malformed_record")]
+
+
+def test_check_exits_0_when_every_row_is_bad(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "s.jsonl", ["[]", "{}", "nope"])
+    code, summary, _ = run(capsys, "seeds", "check", str(path))
+    assert code == 0 and summary["valid"] == 0 and summary["quarantined"] == 3
+
+
+def test_missing_or_unsupported_path_exits_2_with_one_line(tmp_path, capsys):
+    for path in (tmp_path / "missing.parquet", tmp_path):
+        code, summary, err = run(capsys, "seeds", "check", str(path))
+        assert code == 2 and summary is None
+        assert len(err.strip().splitlines()) == 1 and err.startswith("dualview: error: ")
+
+
+def test_max_passage_chars_flag(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "s.jsonl", [promptriever_row("q1")])
+    _, summary, _ = run(capsys, "seeds", "check", str(path), "--max-passage-chars", "10")
+    assert summary["by_reason"] == {"passage_too_long": 1}
+
+
+def test_select_writes_only_synthesis_seeds(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "s.jsonl", [promptriever_row("a"), promptriever_row("b", n_inst_neg=0), promptriever_row("a", instruct=False)])
+    out = tmp_path / "selected.parquet"
+    code, summary, _ = run(capsys, "seeds", "select", str(path), "--out", str(out))
+    assert code == 0 and summary["selected"] == 1
+    assert pq.read_table(out).column("query_id").to_pylist() == ["a"]
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).parent / "dualview"
+    out = subprocess.run([str(script), "seeds", "check", "/nonexistent/x.jsonl"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "dualview: error: /nonexistent/x.jsonl: no such file or folder"

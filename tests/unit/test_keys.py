@@ -1,0 +1,71 @@
+"""Content keys: stable under reordering, rewriting and format conversion; sensitive to any text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dualview_core.keys import content_digest
+from dualview_core.loading import read_seeds
+from tests.factories import promptriever_row, write_jsonl, write_parquet
+
+
+def keys_by_id(path) -> dict[tuple[str, bool], str]:
+    t = read_seeds(str(path)).seeds
+    return {(r["query_id"], r["has_instruction"]): r["seed_key"] for r in t.to_pylist()}
+
+
+def test_keys_survive_reorder_rewrite_and_format_conversion(tmp_path, rows):
+    base = keys_by_id(write_jsonl(tmp_path / "a.jsonl", rows))
+    reordered = keys_by_id(write_jsonl(tmp_path / "b.jsonl", list(reversed(rows))))
+    # rewritten: different key order and spacing in every JSON object, plus an extra column
+    rewritten = [json.dumps(dict(reversed(list({**r, "extra": 1}.items()))), indent=None, separators=(", ", " : ")) for r in rows]
+    rewritten_keys = keys_by_id(write_jsonl(tmp_path / "c.jsonl", rewritten))
+    parquet = keys_by_id(write_parquet(tmp_path / "d.parquet", rows))
+    assert len(set(base.values())) == len(rows)
+    assert base == reordered == rewritten_keys == parquet
+
+
+def test_numeric_and_string_doc_ids_give_the_same_key(tmp_path):
+    a = promptriever_row("q1")
+    b = promptriever_row("q1")
+    a["negative_passages"][0]["docid"] = "17"
+    b["negative_passages"][0]["docid"] = 17
+    assert keys_by_id(write_jsonl(tmp_path / "a.jsonl", [a])) == keys_by_id(write_jsonl(tmp_path / "b.jsonl", [b]))
+
+
+EDITS = {
+    "query": lambda r: r.update(only_query=r["only_query"] + "?"),
+    "instruction": lambda r: r.update(only_instruction=r["only_instruction"] + " "),
+    "positive text": lambda r: r["positive_passages"][0].update(text="Keep them cool."),
+    "positive title": lambda r: r["positive_passages"][0].update(title="Other"),
+    "negative text": lambda r: r["negative_passages"][3].update(text="changed"),
+    "instruction negative text": lambda r: r["new_negatives"][1].update(text="changed"),
+    "instruction negative order": lambda r: r["new_negatives"].reverse(),
+    "doc id": lambda r: r["negative_passages"][0].update(docid="other"),
+    "query id": lambda r: r.update(query_id="q2"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=list(EDITS))
+def test_any_content_change_changes_the_key(tmp_path, edit):
+    original = promptriever_row("q1")
+    changed = promptriever_row("q1")
+    EDITS[edit](changed)
+    before = keys_by_id(write_jsonl(tmp_path / "a.jsonl", [original]))
+    after = keys_by_id(write_jsonl(tmp_path / "b.jsonl", [changed]))
+    assert list(before.values()) != list(after.values())
+
+
+def test_the_unused_published_query_column_does_not_enter_the_key(tmp_path):
+    # `query` duplicates only_query + only_instruction; the key covers the parts, not the join
+    a, b = promptriever_row("q1"), promptriever_row("q1")
+    b["query"] = "something else"
+    assert keys_by_id(write_jsonl(tmp_path / "a.jsonl", [a])) == keys_by_id(write_jsonl(tmp_path / "b.jsonl", [b]))
+
+
+def test_content_digest_is_order_independent_and_content_sensitive():
+    assert content_digest(["b", "a", "c"]) == content_digest(["c", "b", "a"])
+    assert content_digest(["a", "b"]) != content_digest(["a", "b", "c"])
+    assert content_digest(["ab"]) != content_digest(["a", "b"])
