@@ -1,0 +1,110 @@
+"""`dualview seeds …`, `dualview evalset …`, `dualview demo`, `dualview sample-path`: the data commands."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from dualview_core import samples
+from dualview_core.config import ValidationConfig
+from flows.commands import EXIT_OK, add_endpoint_flag, print_json, storage_options
+
+
+def cmd_seeds_check(args: argparse.Namespace) -> int:
+    from dualview_core.loading import stream_seeds
+
+    cfg = ValidationConfig(max_passage_chars=args.max_passage_chars)
+    batches, validator = stream_seeds(args.path, storage_options(args), cfg, args.quarantine)
+    for _ in batches:
+        pass
+    summary = {**validator.report.as_dict(), "source": args.path}
+    if args.quarantine:
+        summary["quarantine_file"] = args.quarantine
+    print_json(summary)
+    return EXIT_OK
+
+
+def cmd_seeds_select(args: argparse.Namespace) -> int:
+    from dualview_core.contracts import SEED_ROW
+    from dualview_core.io import TableWriter
+    from dualview_core.loading import stream_seeds
+    from dualview_core.seeds import select_synthesis_seeds
+
+    batches, validator = stream_seeds(args.path, storage_options(args), quarantine_path=args.quarantine)
+    with TableWriter(args.out, SEED_ROW, storage_options(args)) as writer:
+        for batch in batches:
+            writer.write(select_synthesis_seeds(batch))
+    print_json({**validator.report.as_dict(), "selected": writer.rows, "out": args.out})
+    return EXIT_OK
+
+
+def cmd_evalset_check(args: argparse.Namespace) -> int:
+    from dualview_core.evalsets import load_eval_set
+
+    load = load_eval_set(args.path, storage_options=storage_options(args))
+    es = load.eval_set
+    print_json({
+        "name": es.name,
+        "documents": es.corpus.num_rows,
+        "queries": len(set(es.queries.column("query_id").to_pylist())),
+        "views": es.views(),
+        "judgements": es.qrels.num_rows,
+        "queries_with_candidates": 0 if es.top_ranked is None else es.top_ranked.num_rows,
+        "quarantined": {name: len(rows) for name, rows in load.rejected.items()},
+        "meta": es.meta,
+    })
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job on the embedded defaults. Today: load, validate and select the bundled seeds,
+    and load the bundled eval set. Synthesis, training and evaluation join as they land."""
+    from dualview_core.evalsets import load_eval_set
+    from dualview_core.loading import read_seeds
+    from dualview_core.seeds import select_synthesis_seeds
+
+    start = time.perf_counter()
+    load = read_seeds(samples.seeds_path())
+    selected = select_synthesis_seeds(load.seeds)
+    ev = load_eval_set(samples.followir_path())
+    print_json({
+        "seeds": load.report.as_dict(),
+        "synthesis_seeds": selected.num_rows,
+        "eval_set": {"name": ev.eval_set.name, "documents": ev.eval_set.corpus.num_rows,
+                     "judgements": ev.eval_set.qrels.num_rows, "quarantined": ev.quarantined},
+        "seconds": round(time.perf_counter() - start, 3),
+        "next": "synthesis, training and evaluation are not wired into the demo yet",
+    })
+    return EXIT_OK
+
+
+def cmd_sample_path(args: argparse.Namespace) -> int:
+    print(samples.seeds_path() if args.what == "seeds" else samples.followir_path())
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    seeds = sub.add_parser("seeds", help="inspect and select seed data").add_subparsers(dest="action", required=True)
+    check = seeds.add_parser("check", help="validate seed rows; print a JSON summary")
+    check.add_argument("path", help="Parquet/JSONL file, folder, or save_to_disk folder; local or s3://")
+    check.add_argument("--quarantine", help="write rejected rows with reasons to this Parquet file")
+    check.add_argument("--max-passage-chars", type=int, default=ValidationConfig().max_passage_chars)
+    check.set_defaults(func=cmd_seeds_check)
+    select = seeds.add_parser("select", help="write the valid rows that have an instruction negative")
+    select.add_argument("path")
+    select.add_argument("--out", required=True, help="Parquet file for the selected SeedRows")
+    select.add_argument("--quarantine")
+    select.set_defaults(func=cmd_seeds_select)
+
+    evalset = sub.add_parser("evalset", help="inspect eval sets").add_subparsers(dest="action", required=True)
+    ev_check = evalset.add_parser("check", help="load a FollowIR/InfoSearch/MAIR folder; print a summary")
+    ev_check.add_argument("path")
+    ev_check.set_defaults(func=cmd_evalset_check)
+    for parser in (check, select, ev_check):
+        add_endpoint_flag(parser)
+
+    demo = sub.add_parser("demo", help="run the main job on the embedded defaults and bundled sample")
+    demo.set_defaults(func=cmd_demo)
+    sample = sub.add_parser("sample-path", help="print where the bundled sample is installed")
+    sample.add_argument("what", choices=["seeds", "followir"])
+    sample.set_defaults(func=cmd_sample_path)
