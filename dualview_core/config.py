@@ -46,3 +46,12 @@ class SeedSource(_Config):
         description="fsspec options for remote paths (e.g. endpoint_url). Credentials belong in "
         "the environment or a secret store, not here.",
     )
+
+
+# --- synthesis ----------------------------------------------------------------------------------
+
+
+# --- training -----------------------------------------------------------------------------------
+
+
+# --- evaluation ---------------------------------------------------------------------------------
