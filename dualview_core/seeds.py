@@ -15,7 +15,7 @@ Rows already in the project's own SeedRow columns are accepted as well (e.g. a p
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -95,7 +95,7 @@ def _passages(value: object, where: str, max_chars: int) -> list[dict[str, str]]
 
 def normalize(raw: object, cfg: ValidationConfig) -> dict:
     """One raw row -> a SEED_ROW dict (with `seed_key`), or raise Invalid with the first problem."""
-    if not isinstance(raw, dict):
+    if not isinstance(raw, Mapping):  # dicts, and row views such as HF datasets' lazy rows
         raise Invalid(Reason.MALFORMED, f"row is {type(raw).__name__}, expected an object")
     names = OWN_COLUMNS if "positives" in raw else PROMPTRIEVER_COLUMNS
     row: dict = {}
@@ -193,7 +193,7 @@ class SeedValidator:
         except Invalid as bad:
             self.report.quarantined += 1
             self.report.by_reason[bad.reason.value] += 1
-            query_id = raw.value.get("query_id") if isinstance(raw.value, dict) else None
+            query_id = raw.value.get("query_id") if isinstance(raw.value, Mapping) else None
             return Rejected(raw.index, None if query_id is None else str(query_id), bad.reason, bad.detail, _raw_json(raw.value))
         self._seen.add(identity)
         self.report.valid += 1

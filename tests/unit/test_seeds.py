@@ -146,3 +146,10 @@ def test_selection_keeps_instruct_rows_with_an_instruction_negative(tmp_path):
     load = read_seeds(str(write_jsonl(tmp_path / "s.jsonl", rows)))
     assert load.report.with_instruction_negatives == 1
     assert select_synthesis_seeds(load.seeds).column("query_id").to_pylist() == ["a"]
+
+
+def test_any_mapping_is_a_row():
+    from types import MappingProxyType
+
+    row = check(MappingProxyType(promptriever_row("q1")))
+    assert not isinstance(row, Rejected) and row["query_id"] == "q1"
