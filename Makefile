@@ -5,18 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-# Keep every tool's state inside the project, and nothing calling home.
-export HF_HUB_OFFLINE := 1
-export TRANSFORMERS_OFFLINE := 1
-export HF_HOME := $(CURDIR)/.cache/huggingface
-export PREFECT_HOME := $(CURDIR)/.cache/prefect
-export RAY_AUTH_MODE := disabled
-export RAY_USAGE_STATS_ENABLED := 0
-export DO_NOT_TRACK := 1
-export MLFLOW_ENABLE_TELEMETRY := false
-export TORCH_EXTENSIONS_DIR := $(CURDIR)/.cache/torch_extensions
-export VLLM_CPU_KVCACHE_SPACE := 1
-export VLLM_NO_USAGE_STATS := 1
+# Tool state stays inside the project and nothing calls home: the CLI and the tests apply those
+# environment defaults themselves (flows/commands/__init__.py: project_env), so `make` need not.
 
 .PHONY: install demo test lock
 

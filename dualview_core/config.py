@@ -6,6 +6,8 @@ Environment variables are read at the edges (tasks, CLI), never here.
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -41,7 +43,7 @@ class SeedSource(_Config):
         description="Local path or s3:// URL of a Parquet file, a JSONL file, a folder of either, "
         "or a `datasets.save_to_disk` folder."
     )
-    storage_options: dict[str, str] = Field(
+    storage_options: dict[str, Any] = Field(
         default_factory=dict,
         description="fsspec options for remote paths (e.g. endpoint_url). Credentials belong in "
         "the environment or a secret store, not here.",
@@ -51,7 +53,471 @@ class SeedSource(_Config):
 # --- synthesis ----------------------------------------------------------------------------------
 
 
+class GuardConfig(_Config):
+    """Content rules for a synthesized instruction (see parsing.guard)."""
+
+    max_sentences: int = Field(
+        2, ge=1, description="The method asks for one or two imperative sentences; longer answers are "
+        "usually the model explaining itself."
+    )
+    max_chars: int = Field(
+        400, gt=0, description="A hard length bound, for run-on sentences the sentence count misses."
+    )
+    max_similarity: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Word-sequence similarity to the original instruction at or above which the new "
+        "one counts as a rewording. Lower is stricter (more rejections, more diverse instructions).",
+    )
+
+
+class SamplingConfig(_Config):
+    """Decoding settings. They are part of every cache key: change one and answers are redone."""
+
+    temperature: float = Field(0.0, ge=0, description="0 = greedy: reproducible answers, and a re-run costs nothing.")
+    max_tokens: int = Field(
+        1024, gt=0, description="Room for the answer (and any reasoning before it). Too small truncates answers."
+    )
+    repetition_penalty: float = Field(1.0, gt=0, description=">1 discourages loops; tiny models need it.")
+    stop: tuple[str, ...] = Field((), description="Stop strings; with a prefill, stop at the closing tag.")
+    prefill: str = Field(
+        "",
+        description="Text the assistant's reply is made to start with (e.g. '<answer><new_instruction>'). "
+        "Keeps small models in the answer format; large models do not need it.",
+    )
+    seed: int = Field(0, description="Sampling seed, for temperature > 0.")
+
+    def engine_params(self) -> dict:
+        """The parameters an engine receives (the prefill is part of the messages, not of these)."""
+        params = {"temperature": self.temperature, "max_tokens": self.max_tokens,
+                  "repetition_penalty": self.repetition_penalty, "seed": self.seed}
+        return params | ({"stop": list(self.stop)} if self.stop else {})
+
+
+class VLLMEngineConfig(_Config):
+    """vLLM through Ray Data's LLM processor. Defaults: the CPU profile (laptops, CI)."""
+
+    model: str = Field(
+        "smollm2",
+        description="A Hugging Face id or folder. 'smollm2' is the packaged SmolLM2-135M-Instruct, converted "
+        "once from GGUF into a cached folder. Production: Qwen/Qwen3-Next-80B-A3B-Instruct.",
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica; 4 for the 80B model in BF16 on 80 GB GPUs.")
+    replicas: int = Field(1, ge=1, description="Engine replicas (data parallel). Each takes tensor_parallel_size GPUs.")
+    batch_size: int = Field(8, gt=0, description="Rows per engine batch. Small batches + several in flight keep the engine fed.")
+    max_concurrent_batches: int = Field(2, gt=0, description="Batches in flight per replica.")
+    dtype: str = Field("float32", description="float32 on CPU (bfloat16 flips greedy answers of tiny models); bfloat16 on GPU.")
+    enforce_eager: bool = Field(True, description="No CUDA graphs / compilation: required on CPU, slower on GPU.")
+    max_model_len: int = Field(2048, gt=0, description="Prompt + answer tokens. The prompt with 3 passages is ~1.2k tokens.")
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse the static prompt prefix across rows. Hybrid models (Qwen3-Next) may not support it."
+    )
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU only: share of memory vLLM may take.")
+    cpu: bool = Field(
+        True,
+        description="CPU profile: a 1-CPU placement bundle for the engine and 0.1 CPU for every helper stage "
+        "(on 2 cores, whole-CPU stages deadlock).",
+    )
+    kv_cache_gib: int = Field(1, gt=0, description="CPU only: KV-cache budget (VLLM_CPU_KVCACHE_SPACE).")
+
+
+class OpenAIEngineConfig(_Config):
+    """Any OpenAI-compatible chat endpoint (e.g. a vLLM server)."""
+
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="Endpoint root, ending in /v1.")
+    model: str = Field("smollm2", description="The served model name; it is part of every cache key.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Name of the environment variable holding the API key (the key itself never enters "
+        "config, logs or outputs). Unset = no Authorization header.",
+    )
+    concurrency: int = Field(8, gt=0, description="Requests in flight. Match it to what the server can batch.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
+    max_attempts: int = Field(4, ge=1, description="Tries per row on timeouts, connection errors, 429 and 5xx.")
+    backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles per attempt, with jitter.")
+
+
+class SynthesisConfig(_Config):
+    """Polarity-reversal synthesis: which engine, how to decode, what to accept."""
+
+    engine: Literal["vllm", "openai"] = Field("vllm", description="Which engine writes the instructions.")
+    vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig)
+    openai: OpenAIEngineConfig = Field(default_factory=OpenAIEngineConfig)
+    sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(
+            max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
+            stop=("</new_instruction>", "</answer>", "\n\n"),
+        ),
+        description="Defaults suit the tiny CPU model; see `production()` for the 80B model.",
+    )
+    guards: GuardConfig = Field(default_factory=GuardConfig)
+    per_negative: bool = Field(
+        False, description="One reversed view per instruction negative, instead of the paper's one per seed (N* = first)."
+    )
+    geometry_filter: bool = Field(
+        False,
+        description="Keep a row only if sim(q ⊕ I_new, N*) − sim(q, N*) > 0 under a frozen encoder. Costs an "
+        "encoder pass per row; drops instructions the encoder reads the wrong way.",
+    )
+    geometry_encoder: str = Field("minilm", description="The frozen encoder for the geometry filter.")
+    limit: int | None = Field(None, gt=0, description="Use only the first N eligible seeds (smoke runs).")
+    shard_rows: int = Field(
+        16, gt=0, description="Rows per output shard. Smaller shards lose less work to a crash; more files."
+    )
+    ray_address: str | None = Field(None, description="Ray cluster address; None starts a local Ray.")
+    model_cache_dir: str = Field(".cache/models", description="Where packaged models are converted and cached.")
+
+    @classmethod
+    def production(cls) -> SynthesisConfig:
+        """The paper's setting: Qwen3-Next-80B-A3B-Instruct, tensor parallel 4, on GPUs."""
+        return cls(
+            vllm=VLLMEngineConfig(
+                model="Qwen/Qwen3-Next-80B-A3B-Instruct", tensor_parallel_size=4, batch_size=16,
+                max_concurrent_batches=4, dtype="bfloat16", enforce_eager=False, max_model_len=8192,
+                enable_prefix_caching=False, cpu=False,
+            ),
+            sampling=SamplingConfig(),
+        )
+
+    def model_id(self) -> str:
+        return self.vllm.model if self.engine == "vllm" else self.openai.model
+
+
 # --- training -----------------------------------------------------------------------------------
 
 
+class MixtureConfig(_Config):
+    """Which rows a model trains on. The paper's claim is about data composition, so the four
+    configurations are size-matched by substitution and deterministic under `seed`."""
+
+    name: Literal["ins-orig", "ins-dv", "all-orig", "all-dv", "ratio"] = Field(
+        "ins-dv", description="ins-orig: N instruct rows. ins-dv: N/2 seeds, each with its original "
+        "row and its dual view (same volume, half the distinct queries). all-orig: N instruct rows "
+        "plus their N non-instruct twins. all-dv: N instruct rows plus their N dual views. ratio: a "
+        "fixed total with a fraction of non-instruct rows.",
+    )
+    size: int | None = Field(
+        None, gt=0, description="N, the instruct-row budget. None: the largest N every configuration "
+        "can reach on this data (rounded down to even), so runs of different mixtures compare at "
+        "one budget; a fixed N fails clearly when a mixture cannot reach it.",
+    )
+    ratio: float = Field(
+        0.5, ge=0, le=1, description="ratio mixture only: the fraction of non-instruct rows. 0 is "
+        "instruct-only; 0.5 with total 2N is all-orig. The paper only tried 0 and 0.5.",
+    )
+    total: int | None = Field(
+        None, gt=0, description="ratio mixture only: rows in total. None: N, which every ratio can reach.",
+    )
+    corruption: float = Field(
+        0.0, ge=0, le=1, description="Fraction of dual-view rows whose instruction is replaced with "
+        "another seed's (a robustness ablation). 0 trains on clean data; only mixtures with dual views.",
+    )
+    heldout_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Fraction of dual-view seeds kept out of every mixture (all "
+        "their rows) for the instruction-separation diagnostic. More gives a steadier diagnostic "
+        "and leaves less training data.",
+    )
+    seed: int = Field(0, description="Seed of row selection, held-out split and corruption.")
+
+
+class TrainingConfig(_Config):
+    """The bi-encoder, the loss, the negatives and the DeepSpeed engine. Defaults are the paper's
+    (InfoNCE, τ = 0.02, 30 hard negatives, 512 tokens, query ⊕ instruction)."""
+
+    mixture: MixtureConfig = Field(default_factory=MixtureConfig, description="The training rows.")
+    model: str = Field(
+        "minilm", description="Hugging Face model folder or id ('minilm' is the packaged MiniLM-L6 "
+        "for CPU and tests; production uses e.g. gte-multilingual-mlm-base or bge-m3).",
+    )
+    pooling: Literal["mean", "cls"] | None = Field(
+        None, description="Pooling of token states. None: what the model folder declares (mean for "
+        "a plain Hugging Face folder). bge-m3 was trained with cls.",
+    )
+    max_length: int = Field(
+        512, gt=0, description="Tokens kept per query and per document. Longer sees more of each "
+        "passage; cost grows faster than linearly.",
+    )
+    query_template: str = Field(
+        "{query} {instruction}", description="How a query and its instruction become one string. "
+        "Evaluation must use the same template.",
+    )
+    negatives: int = Field(
+        30, ge=0, description="K hard negatives per row, instruction negatives first. More negatives "
+        "give a harder contrast and cost one document encoding each.",
+    )
+    strict_negatives: bool = Field(
+        False, description="Fail when a row has fewer than K negatives. Off: such rows use all they have.",
+    )
+    in_batch_negatives: bool = Field(
+        True, description="Also contrast each query with every other row's documents, gathered across "
+        "ranks. Free extra negatives; a document equal to the query's positive is never one.",
+    )
+    temperature: float = Field(
+        0.02, gt=0, description="InfoNCE temperature τ. Lower sharpens the softmax onto the hardest negatives.",
+    )
+    batch_size: int = Field(16, gt=0, description="Rows per micro-batch per rank. Larger gives more in-batch negatives and memory use.")
+    encode_chunk: int = Field(
+        32, gt=0, description="Texts per encoder call. A micro-batch's texts are sorted by length and "
+        "encoded in chunks, each padded only to its own longest: smaller chunks pad less, larger ones "
+        "make fewer calls (each gathers the weights under ZeRO-3). Results do not depend on it.",
+    )
+    grad_accumulation: int = Field(
+        1, gt=0, description="Micro-batches per optimizer step. Raises the effective batch without "
+        "memory; in-batch negatives still only come from one micro-batch.",
+    )
+    learning_rate: float = Field(2e-5, gt=0, description="Peak learning rate after warm-up.")
+    warmup_ratio: float = Field(
+        0.1, ge=0, lt=1, description="Fraction of optimizer steps spent warming up linearly; the rest decays linearly to 0.",
+    )
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm; 0 disables. Guards against spikes at low τ.")
+    max_steps: int | None = Field(
+        None, gt=0, description="Optimizer steps to run. Set, it wins over epochs (a fixed compute budget).",
+    )
+    epochs: float = Field(1.0, gt=0, description="Passes over the mixture when max_steps is not set.")
+    zero_stage: int = Field(
+        0, ge=0, le=3, description="DeepSpeed ZeRO stage. 0 replicates everything (fastest for small "
+        "models); 1-2 shard optimizer state and gradients; 3 also shards weights (large models).",
+    )
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 on GPU, fp32 on CPU (CPU bf16 is slow and lossy).",
+    )
+    seed: int = Field(0, description="Seed of weights' dropout, row order and negative sampling.")
+    eval_every: int = Field(
+        50, ge=0, description="Optimizer steps between instruction-separation measurements (also at "
+        "the start and the end); 0: start and end only.",
+    )
+
+
 # --- evaluation ---------------------------------------------------------------------------------
+
+
+class EvaluationConfig(_Config):
+    """How a model is evaluated: retrieval, the headline measures, and their uncertainty."""
+
+    batch_size: int = Field(
+        64, gt=0, description="Texts per encoder batch. Larger is faster until memory runs out; "
+        "batches are length-sorted, so padding stays small either way.",
+    )
+    max_length: int = Field(
+        512, gt=0, description="Tokens kept per text. FollowIR documents are news articles: a "
+        "short limit is faster but scores a truncated document.",
+    )
+    query_template: str = Field(
+        "{query} {instruction}", description="How a query and its instruction become one string "
+        "(placeholders {query} and {instruction}). Must match what the model was trained with.",
+    )
+    top_k: int | None = Field(
+        1000, gt=0, description="Documents kept per query when ranking the whole corpus (no "
+        "candidate lists). MAP@1000 needs 1000; None keeps all, which is exact for p-MRR's "
+        "missing-document rule but writes larger runs.",
+    )
+    search: str = Field(
+        "exact", pattern="^(exact|faiss)$", description="'exact': brute-force cosine in numpy, "
+        "always right. 'faiss': a FAISS index (optional package) for corpora too big to score "
+        "densely; approximate unless faiss_factory is 'Flat'. Candidate lists always use exact.",
+    )
+    faiss_factory: str = Field(
+        "Flat", description="FAISS index_factory string, e.g. 'Flat' (exact), 'HNSW32' (fast, "
+        "approximate). Only read when search is 'faiss'.",
+    )
+    query_chunk: int = Field(
+        1024, gt=0, description="Queries scored against the corpus at once in exact search: "
+        "bounds memory at query_chunk × corpus size floats.",
+    )
+    score_measures: dict[str, str] = Field(
+        default_factory=lambda: {"robust04": "map_cut_1000", "core17": "map_cut_1000", "news21": "ndcg_cut_5"},
+        description="FollowIR Score measure per subset: the first key contained in the eval set's "
+        "(lower-cased) name wins. Defaults are FollowIR's published choice.",
+    )
+    default_score_measure: str = Field(
+        "map_cut_1000", description="Score measure for an eval set that no key of score_measures names.",
+    )
+    bootstrap_resamples: int = Field(
+        1000, ge=0, description="Bootstrap resamples for confidence intervals (0 disables them). "
+        "More give steadier interval ends and cost time linearly.",
+    )
+    bootstrap_seed: int = Field(0, description="Seed of the bootstrap and the paired test; fixed for reproducible intervals.")
+    confidence: float = Field(
+        0.95, gt=0, lt=1, description="Two-sided confidence level of the percentile intervals.",
+    )
+
+
+# --- orchestration ------------------------------------------------------------------------------
+
+
+def _bundled_seeds() -> SeedSource:
+    from dualview_core import samples
+
+    return SeedSource(path=samples.seeds_path())
+
+
+def _bundled_eval_set() -> SeedSource:
+    from dualview_core import samples
+
+    return SeedSource(path=samples.followir_path())
+
+
+def _demo_training() -> TrainingConfig:
+    # Small enough for 2 CPU cores in a few minutes; the paper's values stay the defaults of
+    # TrainingConfig itself (τ, K, template). all-dv: the instruct rows plus their dual views.
+    return TrainingConfig(mixture=MixtureConfig(name="all-dv"), max_length=128, batch_size=8, max_steps=20,
+                          learning_rate=5e-5, eval_every=10)
+
+
+class PipelineConfig(_Config):
+    """synthesize → mixture → train → evaluate (trained and base), tracked as one MLflow parent run."""
+
+    name: str = Field("dualview", description="MLflow experiment: runs of one pipeline name compare side by side.")
+    seeds: SeedSource = Field(default_factory=_bundled_seeds, description="Seed rows (Promptriever format).")
+    eval_set: SeedSource = Field(default_factory=_bundled_eval_set, description="A FollowIR-style eval-set folder.")
+    workdir: str = Field(
+        ".cache/runs", description="Where outputs go (local or s3://): synthesis/ is shared across runs (it is "
+        "content-addressed); models/ and eval/ get one folder per run."
+    )
+    workdir_storage_options: dict[str, Any] | None = Field(
+        None, description="fsspec options for an s3:// workdir (e.g. endpoint_url); None: the seeds' options. "
+        "Credentials come from the environment."
+    )
+    synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
+    training: TrainingConfig = Field(default_factory=_demo_training)
+    evaluation: EvaluationConfig = Field(default_factory=lambda: EvaluationConfig(max_length=128))
+    train_processes: int = Field(1, ge=1, description="DeepSpeed ranks: 1 in-process; more under the launcher.")
+    tracking_uri: str = Field(
+        "sqlite:///.cache/mlflow/mlflow.db", description="MLflow tracking store: a SQLite file in the project "
+        "by default, or a server URL (credentials from the environment, never here)."
+    )
+    artifact_location: str | None = Field(
+        ".cache/mlflow/artifacts", description="Where a new experiment keeps artifacts (local path or s3://); "
+        "None lets a tracking server decide."
+    )
+
+    def output_options(self) -> dict:
+        return dict(self.workdir_storage_options if self.workdir_storage_options is not None else self.seeds.storage_options)
+
+
+class SweepConfig(_Config):
+    """A grid over mixtures, non-instruct ratios and seeds; one nested MLflow run per point."""
+
+    pipeline: PipelineConfig = Field(default_factory=lambda: PipelineConfig(name="dualview-sweep"))
+    mixtures: tuple[Literal["ins-orig", "ins-dv", "all-orig", "all-dv", "ratio"], ...] = Field(
+        ("ratio",), description="Mixtures to train. 'ratio' is expanded over `ratios`."
+    )
+    ratios: tuple[float, ...] = Field(
+        (0.0, 0.25, 0.5), description="Fractions of non-instruct rows for the ratio mixture (the paper tried only 0.5)."
+    )
+    seeds: tuple[int, ...] = Field((0,), description="Random seeds per point: more seeds, tighter comparisons.")
+    total: int | None = Field(None, gt=0, description="Rows per ratio mixture (fixed total); None: the data decides.")
+
+
+# --- cluster ------------------------------------------------------------------------------------
+
+
+def _cluster_synthesis() -> SynthesisConfig:
+    """The production profile, with one vLLM replica per GPU worker pod the cluster may start."""
+    base = SynthesisConfig.production()
+    return base.model_copy(update={"vllm": base.vllm.model_copy(update={"replicas": 4})})
+
+
+class ClusterSecrets(_Config):
+    """Names of the Kubernetes Secrets the manifests reference. Values never enter config, images or
+    manifests; each description lists the keys the Secret must hold."""
+
+    s3: str = Field(
+        "dualview-s3", description="AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (+ AWS_ENDPOINT_URL_S3 for an "
+        "S3-compatible store). Where the cluster has workload identity (IRSA, GKE WI), prefer it and leave this empty.",
+    )
+    huggingface: str = Field(
+        "dualview-hf", description="HF_TOKEN, for gated models. Optional: Qwen3-Next is not gated, so pods start without it.",
+    )
+    mlflow_client: str = Field(
+        "dualview-mlflow-client", description="MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD of the user flow "
+        "runs and the trainer log as. A user of its own, not the admin: it can be revoked alone.",
+    )
+    mlflow_server: str = Field(
+        "dualview-mlflow-server", description="MLFLOW_AUTH_ADMIN_USERNAME, MLFLOW_AUTH_ADMIN_PASSWORD, "
+        "MLFLOW_FLASK_SERVER_SECRET_KEY. The admin password only seeds the first start; rotate it through MLflow.",
+    )
+    postgres: str = Field(
+        "dualview-postgres", description="POSTGRES_PASSWORD of the one role owning the MLflow and Prefect databases. "
+        "A managed database can give each service its own role; then split this Secret.",
+    )
+    prefect: str = Field(
+        "dualview-prefect", description="PREFECT_API_AUTH_STRING ('user:password'): the server checks it, the "
+        "worker and flow runs send it.",
+    )
+    ray: str = Field(
+        "dualview-ray-auth", description="auth_token, KubeRay's token authentication (clients send it as "
+        "RAY_AUTH_TOKEN). Without it anything that reaches the head can run code on the GPUs.",
+    )
+
+
+class ClusterConfig(_Config):
+    """The Kubernetes deployment: images, Ray worker groups, the trainer's GPUs and secret names.
+    The manifests in infra/ carry these values and tests/unit/test_infra*.py fail when the two drift;
+    `dualview_core.cluster` derives service addresses and checks the sizing arithmetic."""
+
+    namespace: str = Field(
+        "dualview", description="Namespace of every dualview object. One namespace keeps Secrets and RBAC local; "
+        "service addresses contain it.",
+    )
+    registry: str = Field(
+        "ghcr.io/dualview", description="Prefix of the dualview images. A private registry needs an "
+        "imagePullSecret on the namespace's service accounts.",
+    )
+    image_tag: str = Field(
+        "0.1.0", description="Tag of every dualview image: the project version. Never 'latest': nodes cache tags, "
+        "so a moved tag runs old code on some nodes and new code on others.",
+    )
+    ray_cluster: str = Field(
+        "dualview", max_length=53, description="RayCluster name; KubeRay names the head Service '<name>-head-svc'.",
+    )
+    ray_mode: Literal["client", "job"] = Field(
+        "client", description="How synthesis reaches Ray. client: the flow run is the driver, over ray:// (what "
+        "`ensure_ray(address)` does today); every row and answer crosses one gRPC connection, and losing it loses "
+        "the run. job: the driver runs on the head, submitted over the dashboard's job API; sturdier for the "
+        "480k-row run, and the submitting pod may come and go.",
+    )
+    synthesis: SynthesisConfig = Field(
+        default_factory=_cluster_synthesis, description="What the GPU worker group runs. Its tensor_parallel_size "
+        "and replicas size the GPU pods.",
+    )
+    training: TrainingConfig = Field(
+        default_factory=lambda: TrainingConfig(model="BAAI/bge-m3", pooling="cls", zero_stage=2, precision="bf16"),
+        description="What the training pod runs: bge-m3 (568M parameters) as DESIGN.md suggests. ZeRO-2 shards "
+        "optimizer state and gradients over the ranks: room for larger batches (more in-batch negatives) for a "
+        "little communication; bf16 on GPU.",
+    )
+    gpu_product: str = Field(
+        "NVIDIA-H100-80GB-HBM3", description="Value of the node label nvidia.com/gpu.product (NVIDIA GPU feature "
+        "discovery) that GPU pods select, so a replica never lands on smaller GPUs.",
+    )
+    gpu_memory_gib: int = Field(
+        80, gt=0, description="Memory of one GPU of that product. With the model's size it fixes the smallest "
+        "tensor-parallel degree (dualview_core.cluster.min_tensor_parallel).",
+    )
+    gpus_per_ray_worker: int = Field(
+        4, gt=0, description="GPUs of one Ray GPU worker pod: a multiple of tensor_parallel_size, so a replica's "
+        "GPUs share a node (NVLink) instead of talking over the network.",
+    )
+    gpu_workers_max: int = Field(
+        4, ge=0, description="Autoscaling ceiling of the GPU group, and so the GPU cost ceiling "
+        "(gpus_per_ray_worker x this).",
+    )
+    gpu_workers_min: int = Field(
+        0, ge=0, description="GPU pods kept when idle. 0 releases GPUs between runs; every scale-up then loads "
+        "~160 GB of weights again (minutes).",
+    )
+    cpu_workers_max: int = Field(
+        8, ge=0, description="Autoscaling ceiling of the CPU group (Ray Data's read, chat-template and tokenize stages).",
+    )
+    idle_timeout_s: int = Field(
+        600, ge=0, description="Seconds a Ray worker pod may idle before the autoscaler removes it. Shorter saves "
+        "GPU hours; longer keeps weights loaded across back-to-back runs.",
+    )
+    trainer_gpus: int = Field(
+        4, gt=0, description="GPUs of the training pod, one DeepSpeed rank each (`dualview train --processes`). "
+        "One node: the launcher is not set up to span pods.",
+    )
+    secrets: ClusterSecrets = Field(default_factory=ClusterSecrets, description="Secret names the manifests reference.")

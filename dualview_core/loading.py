@@ -26,17 +26,20 @@ class SeedLoad:
 
 
 def stream_seeds(path: str, storage_options: dict | None = None, cfg: ValidationConfig | None = None,
-                 quarantine_path: str | None = None) -> tuple[Iterator[pa.Table], SeedValidator]:
+                 quarantine_path: str | None = None, quarantine_options: dict | None = None,
+                 ) -> tuple[Iterator[pa.Table], SeedValidator]:
     """Valid SEED_ROW batches, lazily; rejected rows go to `quarantine_path` (Parquet) if given.
 
     The validator's `report` is complete once the iterator is exhausted. The quarantine file is
-    written even when nothing was rejected, so its absence never has to be interpreted.
+    written even when nothing was rejected, so its absence never has to be interpreted; it is written
+    with `quarantine_options` (default: the source's options).
     """
     validator = SeedValidator(cfg)
     raw = iter_raw(path, storage_options, validator.cfg.batch_rows)
 
     def batches() -> Iterator[pa.Table]:
-        writer = TableWriter(quarantine_path, QUARANTINE, storage_options) if quarantine_path else None
+        options = storage_options if quarantine_options is None else quarantine_options
+        writer = TableWriter(quarantine_path, QUARANTINE, options) if quarantine_path else None
         try:
             for valid, rejected in validator.batches(raw):
                 if writer and rejected:

@@ -2,7 +2,7 @@
 
 - `seeds.jsonl`: Promptriever-format instruct rows across a dozen topics, each with one positive,
   several hard negatives and 1-3 instruction negatives, plus the matching non-instruct rows.
-- `followir/`: a FollowIR-format eval set (original layout) whose changed instructions really turn
+- `followir-sample/`: a FollowIR-format eval set (original layout) whose changed instructions really turn
   some relevant documents non-relevant, with top-ranked candidate lists.
 
 All of it was written for this project; it is small, for demos and tests, not for measuring models.
@@ -21,4 +21,4 @@ def seeds_path() -> str:
 
 
 def followir_path() -> str:
-    return str(_ROOT / "followir")
+    return str(_ROOT / "followir-sample")

@@ -149,3 +149,18 @@ def _decode_line(line: bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         return RawRow(-1, text.rstrip("\n"), (Reason.MALFORMED, f"invalid JSON: {exc.msg} at column {exc.colno}"))
+
+
+def source_fingerprint(path: str, storage_options: dict | None = None) -> str:
+    """A cheap identity of a source's current bytes: names, sizes and versions (ETag or mtime) of its
+    files, hashed. Any rewrite of a file changes it; reading the rows is not needed."""
+    from dualview_core.keys import canonical_json, digest
+
+    fs, inner = filesystem(path, storage_options)
+    _, files = _files(fs, inner, path)
+    entries = []
+    for file in files:
+        info = fs.info(file)
+        version = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("LastModified")
+        entries.append([posixpath.relpath(file, inner) if file != inner else "", info.get("size"), str(version)])
+    return digest(canonical_json(entries))

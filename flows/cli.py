@@ -13,9 +13,9 @@ import argparse
 import sys
 
 from dualview_core.sources import SourceError
-from flows.commands import EXIT_OK, EXIT_UNUSABLE, data
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, apply_project_env, data, evaluate, synthesize, train
 
-COMMAND_MODULES = (data,)
+COMMAND_MODULES = (data, evaluate, synthesize, train)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    apply_project_env()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -57,24 +57,20 @@ def cmd_evalset_check(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """The main job on the embedded defaults. Today: load, validate and select the bundled seeds,
-    and load the bundled eval set. Synthesis, training and evaluation join as they land."""
-    from dualview_core.evalsets import load_eval_set
-    from dualview_core.loading import read_seeds
-    from dualview_core.seeds import select_synthesis_seeds
+    """The main job on the embedded defaults: the whole pipeline on the bundled sample, on a temporary
+    Prefect API, a local Ray, the CPU vLLM with SmolLM2, MiniLM, DeepSpeed on CPU, MLflow in SQLite."""
+    from dualview_core.config import PipelineConfig
+    from flows.pipeline import pipeline
 
     start = time.perf_counter()
-    load = read_seeds(samples.seeds_path())
-    selected = select_synthesis_seeds(load.seeds)
-    ev = load_eval_set(samples.followir_path())
-    print_json({
-        "seeds": load.report.as_dict(),
-        "synthesis_seeds": selected.num_rows,
-        "eval_set": {"name": ev.eval_set.name, "documents": ev.eval_set.corpus.num_rows,
-                     "judgements": ev.eval_set.qrels.num_rows, "quarantined": ev.quarantined},
-        "seconds": round(time.perf_counter() - start, 3),
-        "next": "synthesis, training and evaluation are not wired into the demo yet",
-    })
+    config = PipelineConfig()
+    result = pipeline(config)
+    minutes = (time.perf_counter() - start) / 60
+    print(f"\n{result['table']}\n")
+    print(f"done in {minutes:.1f} min; MLflow run {result['mlflow_run_id']} in experiment '{config.name}'")
+    print(f"  checkpoint: {result['checkpoint']}")
+    print("  MLflow UI : .venv/bin/mlflow ui --backend-store-uri " + config.tracking_uri + " --port 5000")
+    print("  Prefect UI: PREFECT_HOME=.cache/prefect .venv/bin/prefect server start   (then http://127.0.0.1:4200)")
     return EXIT_OK
 
 

@@ -1,0 +1,51 @@
+"""Rendering the polarity-reversal prompt for one (seed, target) pair, and the prompt's version.
+
+The template text (prompts/polarity_reversal.md) is the system message and is identical for every row;
+the per-row fields come last, in the user message. Engines with prefix caching then reuse the whole
+static part. It does not know which engine runs the messages.
+
+    >>> render_fields("how to store seeds", "Home gardens only.", a, b, [])   # doctest: +SKIP
+    'QUERY: how to store seeds\\nCURRENT INSTRUCTION: Home gardens only.\\n\\nPASSAGE A: ...'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import prompts
+from dualview_core.keys import digest
+
+Message = dict[str, str]
+
+
+def prompt_version(template: str) -> str:
+    """The hash of the template's exact text: any edit makes a new version."""
+    return digest(template.encode("utf-8"), size=8)
+
+
+def _passage(p: Mapping) -> str:
+    title = (p.get("title") or "").strip()
+    return f"{title}\n{p['text'].strip()}" if title else p["text"].strip()
+
+
+def render_fields(query: str, instruction: str, positive: Mapping, target: Mapping, others: Sequence[Mapping]) -> str:
+    others_text = "\n\n".join(f"- {_passage(p)}" for p in others) if others else "(none)"
+    return (
+        f"QUERY: {query.strip()}\n"
+        f"CURRENT INSTRUCTION: {instruction.strip()}\n\n"
+        f"PASSAGE A:\n{_passage(positive)}\n\n"
+        f"PASSAGE B:\n{_passage(target)}\n\n"
+        f"OTHER PASSAGES:\n{others_text}"
+    )
+
+
+def render(seed: Mapping, target_index: int, template: str) -> list[Message]:
+    """Chat messages for making instruction negative `target_index` of `seed` the positive."""
+    negatives_i = list(seed["instruction_negatives"])
+    target = negatives_i.pop(target_index)
+    fields = render_fields(seed["query"], seed["instruction"], seed["positives"][0], target, negatives_i)
+    return [{"role": "system", "content": template}, {"role": "user", "content": fields}]
+
+
+def default_template() -> str:
+    return prompts.load()

@@ -1,0 +1,157 @@
+"""`dualview score`, `dualview evaluate`, `dualview compare`: the evaluation commands.
+
+- `score` scores any system's TREC runs (og and changed) like trec_eval would, plus p-MRR;
+- `evaluate` runs a model on an eval set and prints p-MRR and Score with bootstrap intervals;
+- `compare` pairs two systems query by query and prints a p-value.
+All print JSON; values are ×100, as FollowIR reports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from dualview_core.config import EvaluationConfig
+from dualview_core.metrics import MAP_1000, NDCG_5, NDCG_10, SCALE
+from dualview_core.sources import SourceError
+from flows.commands import EXIT_OK, add_endpoint_flag, print_json, storage_options
+
+DEFAULTS = EvaluationConfig()
+
+
+def _config(args: argparse.Namespace, **overrides) -> EvaluationConfig:
+    return EvaluationConfig(bootstrap_resamples=args.resamples, bootstrap_seed=args.seed, **overrides)
+
+
+def _check_measures(measures: list[str]) -> None:
+    from dualview_core.metrics import pytrec_measure
+
+    for m in measures:
+        try:
+            pytrec_measure(m)
+        except ValueError as exc:
+            raise SourceError(str(exc).split(";")[0]) from None
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from dualview_core.eval_report import score_runs
+    from dualview_core.trec import read_qrels, read_run
+
+    _check_measures(args.measures)
+    qrels_og, qrels_changed = read_qrels(args.qrels_og), read_qrels(args.qrels_changed)
+    run_og = read_run(args.run_og, qrels_og, known_label=args.qrels_og)
+    run_changed = read_run(args.run_changed, qrels_changed, known_label=args.qrels_changed)
+    result = score_runs(qrels_og, qrels_changed, run_og, run_changed, args.measures, _config(args), args.changed_rule)
+    print_json({**result, "changed_rule": args.changed_rule,
+                "files": {k: getattr(args, k) for k in ("qrels_og", "qrels_changed", "run_og", "run_changed")}})
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from dualview_core.encoder import resolve_model
+    from tasks.evaluation import evaluate_task
+
+    if not Path(resolve_model(args.model)).is_dir():
+        raise SourceError(f"{args.model}: no such model folder (a Hugging Face or sentence-transformers folder, or 'minilm')")
+    cfg = _config(args, batch_size=args.batch_size, max_length=args.max_length, top_k=args.top_k,
+                  search=args.search, query_template=args.query_template)
+    start = time.perf_counter()
+    report = evaluate_task(args.model, args.eval_set, cfg, args.out, args.benchmark, storage_options(args))
+    if args.mlflow_experiment:
+        _log_to_mlflow(report, cfg, args.mlflow_experiment)
+    summary = report.as_dict(with_per_query=False)
+    summary["metrics"] = {m: summary["metrics"][m] for m in report.headline if m in summary["metrics"]}
+    print_json({"model": args.model, "eval_set": args.eval_set, **summary,
+                "out": args.out, "seconds": round(time.perf_counter() - start, 2)})
+    return EXIT_OK
+
+
+def _log_to_mlflow(report, cfg: EvaluationConfig, experiment: str) -> None:
+    import mlflow
+
+    from tasks.evaluation import log_evaluation
+
+    # MLflow writes "View run … at: URL" to stdout when a run ends; stdout is our JSON, so send it to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        mlflow.set_experiment(experiment)
+        with mlflow.start_run(run_name=f"evaluate-{report.subset}"):
+            log_evaluation(report, cfg)
+
+
+def _per_query(path: str, qrels, measure: str) -> dict[str, dict[str, float]]:
+    """metric -> query -> value, from an `evaluate --out` folder / report.json, or a TREC run."""
+    p = Path(path)
+    if p.is_dir() or p.suffix == ".json":
+        report = p / "report.json" if p.is_dir() else p
+        if not report.is_file():
+            raise SourceError(f"{path}: no report.json (pass an `evaluate --out` folder, a report.json or a TREC run)")
+        return json.loads(report.read_text())["per_query"]
+    if qrels is None:
+        raise SourceError(f"{path}: a TREC run needs --qrels to be compared")
+    from dualview_core.metrics import per_query_measures
+    from dualview_core.trec import read_run
+
+    values = per_query_measures(qrels, read_run(path, qrels, known_label="--qrels"), [measure])
+    return {m: {q: v * SCALE for q, v in per_q.items()} for m, per_q in values.items()}
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from dualview_core.stats import paired_test
+    from dualview_core.trec import read_qrels
+
+    _check_measures([args.measure])
+    qrels = read_qrels(args.qrels) if args.qrels else None
+    a, b = _per_query(args.a, qrels, args.measure), _per_query(args.b, qrels, args.measure)
+    shared = [m for m in a if m in b and set(a[m]) & set(b[m])]
+    if not shared:
+        raise SourceError(f"{args.a} and {args.b} share no metric over common queries")
+    comparisons = {m: paired_test(a[m], b[m], args.resamples, args.seed).as_dict() for m in shared}
+    print_json({"a": args.a, "b": args.b, "comparisons": comparisons})
+    return EXIT_OK
+
+
+def _top_k(text: str) -> int | None:
+    return None if text == "all" else int(text)
+
+
+def _stats_flags(parser: argparse.ArgumentParser, resamples: int) -> None:
+    parser.add_argument("--resamples", type=int, default=resamples, help="bootstrap / randomization resamples")
+    parser.add_argument("--seed", type=int, default=DEFAULTS.bootstrap_seed)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    score = sub.add_parser("score", help="score any system's og/changed TREC runs: p-MRR and trec_eval measures")
+    for name in ("qrels-og", "qrels-changed", "run-og", "run-changed"):
+        score.add_argument(f"--{name}", required=True, metavar="FILE")
+    score.add_argument("--measures", nargs="+", default=[MAP_1000, NDCG_5], help="pytrec_eval measures, e.g. map_cut_1000 ndcg_cut_5")
+    score.add_argument("--changed-rule", choices=["followir", "infosearch"], default="followir",
+                       help="which documents count as changed: label differs (FollowIR) or relevant-then-not (InfoSearch)")
+    _stats_flags(score, DEFAULTS.bootstrap_resamples)
+    score.set_defaults(func=cmd_score)
+
+    ev = sub.add_parser("evaluate", help="evaluate a model on an eval set; print p-MRR and Score with intervals")
+    ev.add_argument("--model", required=True, help="Hugging Face / sentence-transformers folder, or 'minilm'")
+    ev.add_argument("--eval-set", required=True, help="FollowIR / InfoSearch / MAIR folder, local or s3://")
+    ev.add_argument("--out", help="folder for run_<view>.trec files and report.json")
+    ev.add_argument("--benchmark", choices=["followir", "infosearch", "mair", "instructir"], help="default: detected")
+    ev.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    ev.add_argument("--max-length", type=int, default=DEFAULTS.max_length)
+    ev.add_argument("--top-k", type=_top_k, default=DEFAULTS.top_k, help="kept per query when ranking the whole corpus ('all': every document)")
+    ev.add_argument("--search", choices=["exact", "faiss"], default=DEFAULTS.search)
+    ev.add_argument("--query-template", default=DEFAULTS.query_template)
+    ev.add_argument("--mlflow-experiment", help="also log to MLflow (tracking URI from MLFLOW_TRACKING_URI)")
+    _stats_flags(ev, DEFAULTS.bootstrap_resamples)
+    add_endpoint_flag(ev)
+    ev.set_defaults(func=cmd_evaluate)
+
+    cmp = sub.add_parser("compare", help="paired comparison of two systems, with a p-value")
+    cmp.add_argument("a", help="an `evaluate --out` folder, a report.json, or a TREC run (with --qrels)")
+    cmp.add_argument("b")
+    cmp.add_argument("--qrels", help="qrels for comparing TREC runs")
+    cmp.add_argument("--measure", default=NDCG_10, help="pytrec_eval measure for TREC runs")
+    _stats_flags(cmp, 10_000)
+    cmp.set_defaults(func=cmd_compare)

@@ -1,0 +1,50 @@
+"""`dualview synthesize`: polarity-reversal synthesis from the command line, no Prefect needed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
+from flows.commands import EXIT_OK, add_endpoint_flag, print_json, storage_options
+
+
+def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
+    base = SynthesisConfig.production() if args.production else SynthesisConfig()
+    update: dict = {"engine": args.engine, "per_negative": args.per_negative, "geometry_filter": args.geometry_filter,
+                    "limit": args.limit, "ray_address": args.ray_address}
+    if args.shard_rows:
+        update["shard_rows"] = args.shard_rows
+    if args.model and args.engine == "vllm":
+        update["vllm"] = base.vllm.model_copy(update={"model": args.model})
+    if args.engine == "openai":
+        fields = {k: v for k, v in {"base_url": args.base_url, "model": args.model, "concurrency": args.concurrency}.items() if v}
+        update["openai"] = OpenAIEngineConfig(**{**base.openai.model_dump(), **fields})
+    return SynthesisConfig(**{**base.model_dump(), **update})
+
+
+def cmd_synthesize(args: argparse.Namespace) -> int:
+    from tasks.synthesis import run_synthesis
+
+    cfg = config_from_args(args)
+    summary = run_synthesis(args.seeds, args.out, cfg, storage_options(args), progress=lambda m: print(m, file=sys.stderr))
+    print_json(summary)
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("synthesize", help="write complementary instructions for seeds with an instruction negative")
+    p.add_argument("--seeds", required=True, help="seed rows (Parquet/JSONL/folder, local or s3://)")
+    p.add_argument("--out", required=True, help="output folder (local or s3://); re-runs only do what is missing")
+    p.add_argument("--engine", choices=["vllm", "openai"], default="vllm")
+    p.add_argument("--base-url", help="openai engine: endpoint root ending in /v1")
+    p.add_argument("--model", help="vllm: model id or folder ('smollm2' = packaged); openai: served model name")
+    p.add_argument("--concurrency", type=int, help="openai engine: requests in flight")
+    p.add_argument("--limit", type=int, help="only the first N eligible seeds")
+    p.add_argument("--shard-rows", type=int, help="rows per published output shard")
+    p.add_argument("--per-negative", action="store_true", help="one reversed view per instruction negative")
+    p.add_argument("--geometry-filter", action="store_true", help="keep only rows the frozen encoder agrees with")
+    p.add_argument("--production", action="store_true", help="start from the 80B GPU profile instead of the CPU one")
+    p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    add_endpoint_flag(p)
+    p.set_defaults(func=cmd_synthesize)

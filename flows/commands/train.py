@@ -1,0 +1,104 @@
+"""`dualview train`: build a mixture, train a bi-encoder under DeepSpeed, write a checkpoint.
+
+Flags map one to one onto `TrainingConfig` / `MixtureConfig` fields (their help is the field's
+description); a flag left out keeps the config default, and the config validates the result.
+Prints a JSON summary; exit 2 with one line on stderr when the request cannot be run (bad config,
+a mixture the data cannot make, strict negatives the data lacks, an output that exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from dualview_core.config import MixtureConfig, TrainingConfig
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
+
+# flag dest -> config field, for the fields whose flag name differs from the field name
+MIXTURE_FLAGS = {"mixture": "name", "size": "size", "ratio": "ratio", "total": "total", "corruption": "corruption",
+                 "heldout_fraction": "heldout_fraction", "mixture_seed": "seed"}
+MIXTURE_TYPES = {"size": int, "ratio": float, "total": int, "corruption": float, "heldout_fraction": float}
+TRAINING_TYPES = {"model": str, "pooling": str, "max_length": int, "query_template": str, "negatives": int,
+                  "temperature": float, "batch_size": int, "grad_accumulation": int, "learning_rate": float,
+                  "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float, "zero_stage": int,
+                  "seed": int, "eval_every": int}
+TRAINING_FLAGS = ("model", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
+                  "in_batch_negatives", "temperature", "batch_size", "grad_accumulation", "learning_rate",
+                  "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "epochs", "zero_stage", "seed",
+                  "eval_every")
+
+
+def _help(model: type, name: str) -> str:
+    return (model.model_fields[name].description or "").replace("%", "%%")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainingConfig:
+    mixture = {field: getattr(args, dest) for dest, field in MIXTURE_FLAGS.items() if getattr(args, dest) is not None}
+    training = {name: getattr(args, name) for name in TRAINING_FLAGS if getattr(args, name) is not None}
+    return TrainingConfig(mixture=MixtureConfig(**mixture), **training)
+
+
+def _one_line(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):  # a pydantic ValidationError: one clause per field
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors())
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def summary(result, started: float) -> dict:
+    losses = [r["train/loss"] for r in result.history if "train/loss" in r]
+    separations = [r["train/instruction_separation"] for r in result.history if "train/instruction_separation" in r]
+    return {
+        "checkpoint": result.checkpoint, "composition": result.composition, "data_digest": result.digest,
+        "steps": result.steps, "world_size": result.world_size, "train_seconds": round(result.seconds, 2),
+        "total_seconds": round(time.perf_counter() - started, 2),
+        "loss": {"first": losses[0], "last": losses[-1]} if losses else None,
+        "separation": {"start": separations[0], "end": separations[-1]} if separations else None,
+    }
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from dualview_core.mixtures import MixtureError
+    from dualview_core.negatives import NegativesError
+    from tasks.train_worker import run
+    from tasks.training import OutputExists
+
+    started = time.perf_counter()
+    try:
+        cfg = config_from_args(args)
+        result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
+                     storage_options=storage_options(args))
+    except (ValidationError, MixtureError, NegativesError, OutputExists) as exc:
+        print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    print_json(summary(result, started))
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a bi-encoder on a mixture; write a sentence-transformers checkpoint")
+    names = MixtureConfig.model_fields["name"].annotation.__args__
+    p.add_argument("--mixture", required=True, choices=names, help=_help(MixtureConfig, "name"))
+    p.add_argument("--seeds", required=True, help="seed rows (any format `seeds check` reads), local or s3://")
+    p.add_argument("--dual-views", help="DualViewRow Parquet file or folder. Pass it for every mixture: the "
+                   "held-out split and the default N depend on it, and runs compare only when both match")
+    p.add_argument("--out", required=True, help="checkpoint folder, local or s3:// (must not exist)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="ranks: 1 runs in this process, more run under the deepspeed launcher")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--max-steps", type=int, help=_help(TrainingConfig, "max_steps"))
+    budget.add_argument("--epochs", type=float, help=_help(TrainingConfig, "epochs"))
+    for flag, kind in MIXTURE_TYPES.items():
+        p.add_argument(f"--{flag.replace('_', '-')}", type=kind, help=_help(MixtureConfig, flag))
+    p.add_argument("--mixture-seed", type=int, help=_help(MixtureConfig, "seed"))
+    for flag, kind in TRAINING_TYPES.items():
+        p.add_argument(f"--{flag.replace('_', '-')}", type=kind, help=_help(TrainingConfig, flag))
+    p.add_argument("--strict-negatives", action="store_true", default=None,
+                   help=_help(TrainingConfig, "strict_negatives"))
+    p.add_argument("--in-batch-negatives", action=argparse.BooleanOptionalAction,
+                   help=_help(TrainingConfig, "in_batch_negatives"))
+    add_endpoint_flag(p)
+    p.set_defaults(func=cmd_train)

@@ -1,0 +1,34 @@
+"""Flow: train a bi-encoder on a mixture of seeds and dual views; log it as an MLflow run."""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from dualview_core.config import PipelineConfig, SeedSource, TrainingConfig
+from flows.synthesize import DEFAULT_OUT
+from tasks.stages import close_pipeline_run, open_pipeline_run, train_tracked
+
+DEFAULTS = PipelineConfig()
+
+
+@flow(name="train", log_prints=True)
+def train(
+    seeds: SeedSource = DEFAULTS.seeds,
+    dual_views: str = f"{DEFAULT_OUT}/dual_views.parquet",
+    models: str = f"{DEFAULTS.workdir}/models",
+    config: TrainingConfig = DEFAULTS.training,
+    processes: int = 1,
+    experiment: str = "dualview-train",
+    tracking_uri: str = DEFAULTS.tracking_uri,
+) -> dict:
+    """Writes the checkpoint to `models/<MLflow run id>`."""
+    tracking = PipelineConfig(name=experiment, tracking_uri=tracking_uri, seeds=seeds, training=config)
+    run = open_pipeline_run(tracking, flow_run.get_name() or "train")
+    try:
+        result = train_tracked(run, seeds, dual_views, f"{models.rstrip('/')}/{run.run_id}", config, processes)
+    except BaseException:
+        close_pipeline_run(run, failed=True)
+        raise
+    close_pipeline_run(run)
+    return {k: v for k, v in result.items() if k != "history"}

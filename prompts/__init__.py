@@ -1,0 +1,15 @@
+"""Versioned prompt templates, shipped as package data.
+
+A template's version is the hash of its exact text (`dualview_core.prompting.prompt_version`), so
+editing a template changes every cache key built on it and old answers are never reused by mistake.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+POLARITY_REVERSAL = "polarity_reversal.md"
+
+
+def load(name: str = POLARITY_REVERSAL) -> str:
+    return (files(__package__) / name).read_text(encoding="utf-8")

@@ -1,0 +1,124 @@
+"""Synthesis engines: one small interface, two implementations, both stages of a Ray Data pipeline.
+
+An engine turns rows `{cache_key, messages}` into rows `{cache_key, raw_response, prompt_tokens,
+completion_tokens, latency_s, attempts, error}` (the columns of `dualview_core.synthesis.EngineResult`).
+
+- `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
+  build with a packaged model on laptops and CI).
+- `OpenAIEngine`: any OpenAI-compatible chat endpoint, with bounded concurrency, per-request timeouts
+  and retries with backoff (tasks/openai_client.py).
+
+A prefill (SamplingConfig.prefill) is sent as a final assistant message that the reply continues; the
+raw response recorded is prefill + continuation, so the parser sees the whole answer.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Protocol
+
+from dualview_core.config import SamplingConfig, SynthesisConfig
+
+if TYPE_CHECKING:
+    import ray.data
+
+RESULT_COLUMNS = ("cache_key", "raw_response", "prompt_tokens", "completion_tokens", "latency_s", "attempts", "error")
+HELPER_CPUS = 0.1
+OPENAI_BATCHES_IN_FLIGHT = 4  # every non-engine stage on the CPU profile: on 2 cores, whole CPUs deadlock
+# Non-secret variables the engine's Ray workers need; secrets stay in the workers' own environment.
+PASSTHROUGH_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
+
+
+class Engine(Protocol):
+    model_id: str
+
+    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset: ...
+
+
+def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:
+    return messages + [{"role": "assistant", "content": sampling.prefill}] if sampling.prefill else messages
+
+
+class VLLMEngine:
+    def __init__(self, cfg: SynthesisConfig, model_path: str):
+        self.cfg, self.model_path = cfg, model_path
+        self.model_id = cfg.vllm.model
+
+    def _processor_config(self):
+        from ray.data.llm import vLLMEngineProcessorConfig
+
+        v = self.cfg.vllm
+        engine_kwargs = {"dtype": v.dtype, "enforce_eager": v.enforce_eager, "max_model_len": v.max_model_len,
+                         "enable_prefix_caching": v.enable_prefix_caching, "tensor_parallel_size": v.tensor_parallel_size}
+        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+        extra: dict = {}
+        if v.cpu:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(v.kv_cache_gib)
+            small = {"num_cpus": HELPER_CPUS}
+            # the engine asks Ray for one CPU and no GPU; helper stages take a tenth of a CPU each
+            extra = {"placement_group_config": {"bundles": [{"CPU": 1}]}, "chat_template_stage": small,
+                     "tokenize_stage": small, "detokenize_stage": small}
+        else:
+            engine_kwargs["gpu_memory_utilization"] = v.gpu_memory_utilization
+            extra = {"accelerator_type": None}
+        return vLLMEngineProcessorConfig(
+            model_source=self.model_path, engine_kwargs=engine_kwargs, batch_size=v.batch_size,
+            concurrency=v.replicas, max_concurrent_batches=v.max_concurrent_batches,
+            should_continue_on_error=True,  # one bad row must not sink the run; it is recorded and retried
+            log_engine_metrics=False,  # needs ray[serve]; vLLM's own metrics remain available
+            runtime_env={"env_vars": env}, **extra,
+        )
+
+    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+        from ray.data.llm import build_processor
+
+        sampling = self.cfg.sampling
+        params = sampling.engine_params()
+        prefill = sampling.prefill
+        small = {"num_cpus": HELPER_CPUS} if self.cfg.vllm.cpu else {}
+
+        def pre(row: dict) -> dict:
+            return {"cache_key": row["cache_key"], "messages": with_prefill(list(row["messages"]), sampling),
+                    "sampling_params": params}
+
+        def post(row: dict) -> dict:
+            error = row.get("__inference_error__") or None
+            return {
+                "cache_key": row["cache_key"],
+                "raw_response": None if error else prefill + (row.get("generated_text") or ""),
+                "prompt_tokens": row.get("num_input_tokens"),
+                "completion_tokens": row.get("num_generated_tokens"),
+                "latency_s": row.get("time_taken_llm"),
+                "attempts": 1,
+                "error": str(error)[:500] if error else None,
+            }
+
+        processor = build_processor(self._processor_config(), preprocess=pre, postprocess=post,
+                                    preprocess_map_kwargs=small, postprocess_map_kwargs=small)
+        return processor(ds)
+
+
+class OpenAIEngine:
+    def __init__(self, cfg: SynthesisConfig):
+        self.cfg = cfg
+        self.model_id = cfg.openai.model
+
+    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+        from tasks.openai_client import OpenAIStage
+
+        o = self.cfg.openai
+        return ds.map_batches(
+            OpenAIStage,
+            fn_constructor_kwargs={"cfg": o, "sampling": self.cfg.sampling},
+            batch_size=o.concurrency,  # one wave per batch; several batches in flight (async stage)
+            batch_format="pyarrow",
+            concurrency=1,
+            num_cpus=HELPER_CPUS,
+            max_concurrency=OPENAI_BATCHES_IN_FLIGHT,
+        )
+
+
+def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> Engine:
+    if cfg.engine == "vllm":
+        return VLLMEngine(cfg, model_path or cfg.vllm.model)
+    return OpenAIEngine(cfg)

@@ -1,0 +1,158 @@
+"""Evaluation, task side: load -> evaluate (core) -> write runs and report -> log to MLflow.
+
+Owns the I/O around `dualview_core.eval_report`: TREC run files and report.json in an output folder,
+and MLflow logging. `log_evaluation` logs into the active MLflow run (it starts one only when none
+is active); opening parent and nested runs is the orchestration flow's job. MLflow and matplotlib
+are imported inside the functions that use them, so importing this module stays cheap.
+
+Logged, per eval set (benchmark `followir`, subset `core17`, say):
+- metrics `followir/core17/p-MRR`, `…_ci_low`, `…_ci_high`, the same for `score` and
+  `score_vs_qrels_changed`, and the benchmark numbers over all given subsets: `followir/p-MRR`,
+  `followir/score`, … (FollowIR: the plain mean of subsets; MAIR: weighted by size);
+- a per-query table (`log_table`), a figure of the headline metrics with CI whiskers
+  (`log_figure`), the eval set as a dataset input with its content digest (`log_input`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+
+from dualview_core.config import EvaluationConfig
+from dualview_core.eval_report import EvalReport, aggregate, evaluate_model
+from dualview_core.metrics import CI_HIGH, CI_LOW, metric_key
+from dualview_core.stats import Interval
+from dualview_core.trec import write_run
+
+REPORT_FILE = "report.json"
+EVAL_CONTEXT = "eval"  # MLflow dataset-input context
+
+
+def run_file(view: str) -> str:
+    return f"run_{view}.trec"
+
+
+def write_outputs(report: EvalReport, out_dir: str, extra: Mapping[str, object] | None = None,
+                  storage_options: dict | None = None) -> dict[str, str]:
+    """Write one TREC run per view and report.json (with per-query values) into `out_dir` (local or s3://)."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(out_dir, **(storage_options or {}))
+    fs.makedirs(root, exist_ok=True)
+    base = out_dir.rstrip("/")
+    files = {}
+    for view, run in report.runs.items():
+        files[view] = f"{base}/{run_file(view)}"
+        write_run(files[view], run, tag=f"dualview-{report.subset}", storage_options=storage_options)
+    files["report"] = f"{base}/{REPORT_FILE}"
+    with fsspec.open(files["report"], "w", encoding="utf-8", **(storage_options or {})) as f:
+        f.write(json.dumps({**report.as_dict(), **(extra or {})}, indent=2, ensure_ascii=False))
+    return files
+
+
+def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None = None, out_dir: str | None = None,
+                  benchmark: str | None = None, storage_options: dict | None = None, log: bool = False) -> EvalReport:
+    """The whole evaluation of one model on one eval set, as a pipeline stage calls it."""
+    from dualview_core.encoder import Encoder
+    from dualview_core.evalsets import load_eval_set
+
+    cfg = cfg or EvaluationConfig()
+    load = load_eval_set(eval_set_path, storage_options=storage_options)
+    report = evaluate_model(Encoder(model, max_length=cfg.max_length), load.eval_set, cfg, benchmark)
+    report.details.update(source=eval_set_path, quarantined=load.quarantined)
+    if out_dir:
+        write_outputs(report, out_dir, {"model": model, "config": cfg.model_dump()}, storage_options)
+    if log:
+        log_evaluation(report, cfg)
+    return report
+
+
+# --- MLflow -------------------------------------------------------------------------------------
+
+
+def metric_values(reports: Sequence[EvalReport], cfg: EvaluationConfig) -> dict[str, float]:
+    """Every metric name -> value that `log_evaluation` logs (NaN means undefined and is skipped)."""
+    out: dict[str, float] = {}
+
+    def put(benchmark: str, subset: str | None, metric: str, interval: Interval) -> None:
+        for suffix, value in (("", interval.mean), (CI_LOW, interval.low), (CI_HIGH, interval.high)):
+            if not math.isnan(value):  # an undefined mean (no query) is not a metric
+                out[metric_key(benchmark, subset, metric, suffix)] = value
+
+    for report in reports:
+        for metric, interval in report.summary.items():
+            put(report.benchmark, report.subset, metric, interval)
+    for benchmark in sorted({r.benchmark for r in reports}):
+        for metric, interval in aggregate([r for r in reports if r.benchmark == benchmark], cfg).items():
+            put(benchmark, None, metric, interval)
+    return out
+
+
+@contextmanager
+def _active_run():
+    import mlflow
+
+    if mlflow.active_run() is not None:
+        yield mlflow.active_run()
+    else:
+        with mlflow.start_run() as run:
+            yield run
+
+
+def log_evaluation(reports: EvalReport | Sequence[EvalReport], cfg: EvaluationConfig | None = None,
+                   artifact_dir: str = "evaluation") -> dict[str, float]:
+    """Log metrics with intervals, per-query tables, a CI figure and dataset lineage; return the metrics."""
+    import mlflow
+
+    reports = [reports] if isinstance(reports, EvalReport) else list(reports)
+    cfg = cfg or EvaluationConfig()
+    metrics = metric_values(reports, cfg)
+    with _active_run():
+        mlflow.log_metrics(metrics)
+        for report in reports:
+            prefix = f"{artifact_dir}/{report.benchmark}_{report.subset}"
+            with warnings.catch_warnings():  # pandas 3 warns inside mlflow's log_table about str columns
+                warnings.filterwarnings("ignore", message=".*select_dtypes.*")
+                mlflow.log_table(per_query_table(report), artifact_file=f"{prefix}_per_query.json")
+            mlflow.log_input(_dataset(report), context=EVAL_CONTEXT)
+            if "score_measure" in report.details:
+                mlflow.log_param(metric_key(report.benchmark, report.subset, "score_measure"), report.details["score_measure"])
+        mlflow.log_figure(ci_figure(reports), f"{artifact_dir}/ci.png")
+    return metrics
+
+
+def per_query_table(report: EvalReport) -> dict[str, list]:
+    """Columns: query_id, then one per metric (None where the metric skipped that query)."""
+    metrics = list(report.per_query)
+    ids = sorted({q for values in report.per_query.values() for q in values})
+    return {"query_id": ids, **{m: [report.per_query[m].get(q) for q in ids] for m in metrics}}
+
+
+def _dataset(report: EvalReport):
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # a local path "can be interpreted in multiple ways": harmless
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(str(report.details.get("source", report.subset)))
+    return MetaDataset(source, name=f"{report.benchmark}/{report.subset}", digest=report.digest)
+
+
+def ci_figure(reports: Sequence[EvalReport]):
+    """One panel per headline metric: each subset's mean with its bootstrap interval as whiskers."""
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
+
+    metrics = list(dict.fromkeys(m for r in reports for m in r.headline if m in r.summary))
+    fig = Figure(figsize=(4 * max(len(metrics), 1), 3.2), layout="constrained")
+    for ax, metric in zip(fig.subplots(1, max(len(metrics), 1), squeeze=False)[0], metrics):
+        rows = [(r.subset, r.summary[metric]) for r in reports if metric in r.summary]
+        means = [i.mean for _, i in rows]
+        whiskers = [[i.mean - i.low for _, i in rows], [i.high - i.mean for _, i in rows]]  # (2, n)
+        ax.errorbar(range(len(rows)), means, yerr=whiskers, fmt="o", capsize=4)
+        ax.set_xticks(range(len(rows)), [s for s, _ in rows], rotation=30, ha="right")
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.set_title(metric)
+    return fig

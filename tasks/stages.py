@@ -1,0 +1,243 @@
+"""Prefect tasks: thin adapters around the stage functions (read → core → write), one per stage.
+
+The stage functions themselves (`tasks.synthesis.run_synthesis`, `tasks.training.train`,
+`tasks.evaluation.evaluate_task`) run without Prefect, which is how the CLI calls them. Here they get
+names, retries where a retry is safe, and a concurrency slot per synthesis output, so two runs on
+the same output (a schedule and a manual trigger, say) queue instead of interleaving writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from dualview_core.config import (EvaluationConfig, PipelineConfig, SeedSource, SweepConfig, SynthesisConfig,
+                                  TrainingConfig)
+from dualview_core.keys import digest
+
+SEEDS_CHANGED_EVENT = "dualview.seeds.changed"
+PROGRESS_EVERY = 10  # training steps between progress lines
+
+
+def synthesis_slot(out: str) -> str:
+    """The global concurrency limit guarding one synthesis output folder."""
+    return f"dualview-synthesis-{digest(out.encode(), size=6)}"
+
+
+def _hold_slot(name: str):
+    """Occupy the global concurrency limit `name` (created with limit 1 the first time)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.concurrency.sync import concurrency
+    from prefect.exceptions import ObjectAlreadyExists
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+        except ObjectAlreadyExists:
+            pass
+    return concurrency(name, occupy=1, strict=True)
+
+
+@task(name="synthesize seeds", task_run_name="synthesize {seeds.path}", cache_policy=NO_CACHE)
+def synthesize_seeds(seeds: SeedSource, out: str, config: SynthesisConfig, out_options: dict | None = None) -> dict:
+    """Not retried: a failed run resumes from its published shards when run again."""
+    from tasks.synthesis import run_synthesis
+
+    logger = get_run_logger()
+    with _hold_slot(synthesis_slot(out)):
+        return run_synthesis(seeds.path, out, config, dict(seeds.storage_options), progress=logger.info,
+                             out_storage_options=out_options)
+
+
+@task(name="fingerprint seeds", retries=3, retry_delay_seconds=2)
+def fingerprint_seeds(seeds: SeedSource) -> str:
+    from dualview_core.sources import source_fingerprint
+
+    return source_fingerprint(seeds.path, dict(seeds.storage_options))
+
+
+@task(name="last synthesized fingerprint", retries=3, retry_delay_seconds=2)
+def last_fingerprint(out: str, storage_options: dict) -> str | None:
+    from tasks.record_store import RecordStore
+
+    return RecordStore(out, storage_options).manifest().get("summary", {}).get("source_fingerprint")
+
+
+# --- pipeline stages: each opens its own nested MLflow run under the pipeline's parent run ---------
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """An MLflow run, by id, in a tracking store: what a stage needs to log from anywhere."""
+
+    tracking_uri: str
+    experiment_id: str
+    run_id: str
+
+    def child(self, name: str, tags: dict | None = None, params: dict | None = None) -> RunRef:
+        from tasks.tracking import open_run
+
+        run_id = open_run(self.tracking_uri, self.experiment_id, name, parent=self.run_id, tags=tags, params=params)
+        return RunRef(self.tracking_uri, self.experiment_id, run_id)
+
+    def set_tags(self, tags: dict) -> None:
+        from tasks.tracking import mlflow_client
+
+        for key, value in tags.items():
+            if value is not None:
+                mlflow_client(self.tracking_uri).set_tag(self.run_id, key, str(value))
+
+
+@contextlib.contextmanager
+def _stage_run(parent: RunRef, name: str, tags: dict | None = None, params: dict | None = None):
+    from tasks.tracking import close_run
+
+    run = parent.child(name, tags, params)
+    try:
+        yield run
+    except BaseException:
+        close_run(run.tracking_uri, run.run_id, failed=True)
+        raise
+    close_run(run.tracking_uri, run.run_id)
+
+
+@task(name="open pipeline run", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def open_pipeline_run(config: PipelineConfig, run_name: str) -> RunRef:
+    from tasks.tracking import experiment_id, flatten, git_commit, open_run
+
+    exp = experiment_id(config.tracking_uri, config.name, config.artifact_location)
+    tags = {"dualview.git_commit": git_commit(), "dualview.synthesis_model": config.synthesis.model_id(),
+            "dualview.base_model": config.training.model, "dualview.mixture": config.training.mixture.name}
+    run_id = open_run(config.tracking_uri, exp, run_name, tags=tags, params=flatten(config))
+    return RunRef(config.tracking_uri, exp, run_id)
+
+
+@task(name="close pipeline run", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def close_pipeline_run(run: RunRef, failed: bool = False) -> None:
+    from tasks.tracking import close_run
+
+    close_run(run.tracking_uri, run.run_id, failed=failed)
+
+
+@task(name="synthesize (tracked)", cache_policy=NO_CACHE)
+def synthesize_tracked(parent: RunRef, seeds: SeedSource, out: str, config: SynthesisConfig,
+                       out_options: dict | None = None) -> dict:
+    from tasks.tracking import log_dict, log_metrics, synthesis_metrics
+
+    with _stage_run(parent, "synthesize") as run:
+        summary = synthesize_seeds.fn(seeds, out, config, out_options)
+        log_metrics(run.tracking_uri, run.run_id, synthesis_metrics(summary))
+        log_dict(run.tracking_uri, run.run_id, summary, "synthesis/summary.json")
+        log_dict(run.tracking_uri, run.run_id, _sample(out, out_options or seeds.storage_options), "synthesis/sample.json")
+        tags = {"dualview.prompt_version": summary["prompt_version"], "dualview.seed_fingerprint": summary["seed_fingerprint"],
+                "dualview.source_fingerprint": summary["source_fingerprint"]}
+        run.set_tags(tags)
+        parent.set_tags(tags)
+    return summary
+
+
+def _sample(out: str, storage_options: dict, rows: int = 20) -> dict:
+    """The first dual-view rows and rejections, for a look in the MLflow UI."""
+    from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
+    from dualview_core.io import read_table
+
+    options = dict(storage_options)
+    dual_views = read_table(f"{out}/dual_views.parquet", DUAL_VIEW_ROW, options).slice(0, rows).to_pylist()
+    rejections = read_table(f"{out}/rejections.parquet", SYNTHESIS_RECORD, options).slice(0, rows).to_pylist()
+    keep = ("seed_key", "target_index", "rejection", "raw_response", "instruction")
+    return {"dual_views": dual_views, "rejections": [{k: r[k] for k in keep} for r in rejections]}
+
+
+@task(name="train", cache_policy=NO_CACHE)
+def train_tracked(parent: RunRef, seeds: SeedSource, dual_views: str, out: str, config: TrainingConfig,
+                  processes: int = 1, out_options: dict | None = None) -> dict:
+    from tasks.tracking import flatten, log_dict, log_metrics
+    from tasks.train_worker import run as train_run
+
+    with _stage_run(parent, "train", params=flatten(config, "training")) as run:
+        # one set of fsspec options serves the seeds, the dual views and the output (one store)
+        logger = get_run_logger()
+
+        def signals(step: int, metrics: dict) -> None:
+            log_metrics(run.tracking_uri, run.run_id, metrics, step)
+            if step % PROGRESS_EVERY == 0 or "train/instruction_separation" in metrics:
+                logger.info("train: step %d %s", step, ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in metrics.items()))
+
+        result = train_run(config, seeds.path, dual_views, out, processes=processes,
+                           storage_options=dict(out_options if out_options is not None else seeds.storage_options),
+                           callback=signals)
+        log_dict(run.tracking_uri, run.run_id, result.composition, "training/composition.json")
+        run.set_tags({"dualview.data_digest": result.digest})
+        parent.set_tags({"dualview.data_digest": result.digest, "dualview.checkpoint": result.checkpoint})
+    return {"checkpoint": result.checkpoint, "steps": result.steps, "seconds": result.seconds,
+            "composition": result.composition, "digest": result.digest, "history": result.history}
+
+
+@task(name="evaluate", task_run_name="evaluate {label}", cache_policy=NO_CACHE)
+def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: SeedSource, config: EvaluationConfig,
+                     out: str, out_options: dict | None = None):
+    from tasks.evaluation import evaluate_task, log_evaluation, write_outputs
+    from tasks.tracking import stage
+
+    with _stage_run(parent, f"evaluate-{label}", tags={"dualview.model": model}) as run:
+        local = _local_model(model, out_options or {})
+        report = evaluate_task(local, eval_set.path, config, storage_options=dict(eval_set.storage_options))
+        write_outputs(report, out, {"model": model, "config": config.model_dump()}, out_options)
+        with stage(run.tracking_uri, run.run_id):
+            log_evaluation(report, config)
+        parent.set_tags({"dualview.eval_digest": report.digest})
+    return report
+
+
+def _local_model(model: str, options: dict) -> str:
+    """A checkpoint on s3:// is copied to a local temporary folder (transformers loads from disk)."""
+    if "://" not in model or model.startswith("file://"):
+        return model
+    import tempfile
+
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(model, **options)
+    local = tempfile.mkdtemp(prefix="dualview-model-")
+    fs.get(root.rstrip("/") + "/", local + "/", recursive=True)
+    return local
+
+
+# --- sweep ----------------------------------------------------------------------------------------
+
+
+def sweep_points(config: SweepConfig) -> list[dict]:
+    """The grid: every mixture × seed, the ratio mixture also × every ratio."""
+    points = []
+    for mixture in config.mixtures:
+        for ratio in config.ratios if mixture == "ratio" else (None,):
+            for seed in config.seeds:
+                name = f"{mixture}" + (f"-r{ratio:g}" if ratio is not None else "") + f"-s{seed}"
+                points.append({"name": name, "mixture": mixture, "ratio": ratio, "seed": seed})
+    return points
+
+
+def train_point(parent: RunRef, point: dict, p: PipelineConfig, dual_views: str, folder: str) -> dict:
+    """Train and evaluate one grid point inside its own nested run."""
+    mixture = p.training.mixture.model_copy(update={"name": point["mixture"], "seed": point["seed"],
+                                                    **({"ratio": point["ratio"]} if point["ratio"] is not None else {})})
+    training = p.training.model_copy(update={"mixture": mixture, "seed": point["seed"]})
+    with _stage_run(parent, point["name"], tags={"dualview.sweep_point": point["name"]}) as run:
+        options = p.output_options()
+        trained = train_tracked(run, p.seeds, dual_views, f"{folder}/{point['name']}", training, p.train_processes, options)
+        report = evaluate_tracked(run, "trained", trained["checkpoint"], p.eval_set, p.evaluation,
+                                  f"{folder}/{point['name']}-eval", options)
+    return {**point, "run_id": run.run_id, "metrics": report.as_dict(with_per_query=False)["metrics"]}
+
+
+@task(name="sweep figure", cache_policy=NO_CACHE)
+def log_sweep_figure(run: RunRef, results: list[dict], base) -> None:
+    from tasks.summary import sweep_figure
+    from tasks.tracking import mlflow_client
+
+    figure = sweep_figure(results, base.as_dict(with_per_query=False)["metrics"])
+    mlflow_client(run.tracking_uri).log_figure(run.run_id, figure, "sweep/summary.png")

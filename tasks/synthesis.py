@@ -1,0 +1,167 @@
+"""Polarity-reversal synthesis, end to end: seeds → render → engine → parse and guard → shards.
+
+The run reads and validates the seeds (bad rows to OUT/quarantine.parquet), plans which calls are
+not yet cached, streams only those through the engine inside a Ray Data pipeline, and publishes each
+finished group of answers as one shard. Then it derives the dual-view rows and the rejections for
+the current seeds and records the run in the manifest. Killed at any moment, a re-run picks up
+exactly where the published shards end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from dualview_core.config import SynthesisConfig
+from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
+from dualview_core.dual_view import make_dual_view
+from dualview_core.io import write_table
+from dualview_core.keys import content_digest
+from dualview_core.loading import stream_seeds
+from dualview_core.parsing import Rejection, judge
+from dualview_core.prompting import default_template, prompt_version, render
+from dualview_core.seeds import select_synthesis_seeds
+from dualview_core.sources import source_fingerprint
+from dualview_core.synthesis import CostSummary, EngineResult, WorkItem, plan, record
+from tasks.record_store import RecordStore
+
+Progress = Callable[[str], None]
+
+
+def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_options: dict | None = None,
+                  progress: Progress = print, out_storage_options: dict | None = None) -> dict:
+    """Synthesize what is missing under `out`; return the run summary (counts, costs, versions).
+
+    `storage_options` are for the seeds, `out_storage_options` (default: the same) for the output."""
+    out_options = storage_options if out_storage_options is None else out_storage_options
+    store = RecordStore(out, out_options)
+    with store.lock():
+        start = time.perf_counter()
+        source = source_fingerprint(seeds_path, storage_options)  # before reading: a later edit is a change
+        batches, validator = stream_seeds(seeds_path, storage_options, quarantine_path=store.path("quarantine.parquet"),
+                                          quarantine_options=out_options)
+        seeds = [row for batch in batches for row in select_synthesis_seeds(batch).to_pylist()][: cfg.limit]
+        template = default_template()
+        version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.model_dump(mode="json")
+        cached = store.records()
+        work = plan(seeds, set(cached), store.manifest().get("seeds", {}), per_negative=cfg.per_negative,
+                    prompt_version=version, model_id=model_id, sampling=sampling)
+        progress(f"synthesis: {len(seeds)} seeds, {len(work.pending)} to send, {len(work.cached)} cached "
+                 f"(new {work.new}, changed {work.changed}, removed {work.removed})")
+        costs = CostSummary()
+        ask = _Asking(cfg, template, version, model_id, sampling)
+        fresh = _call_engine(work.pending, ask, store, costs, progress) if work.pending else {}
+        records = [cached.get(i.cache_key) or fresh.get(i.cache_key) for i in work.cached + work.pending]
+        records = [r for r in records if r is not None]
+        dual_views = _write_outputs(store, work.cached + work.pending, records, out_options)
+        summary = {
+            "seeds": validator.report.as_dict(),
+            "synthesis_seeds": len(seeds),
+            "plan": work.counts(),
+            "cost": costs.as_dict(time.perf_counter() - start),
+            "dual_views": dual_views,
+            "rejected": len(records) - dual_views,
+            "prompt_version": version,
+            "model_id": model_id,
+            "seed_fingerprint": content_digest(work.seeds.values()),
+            "source_fingerprint": source,
+            "out": out,
+        }
+        store.write_manifest({"seeds": work.seeds, "summary": summary})
+        return summary
+
+
+@dataclass(frozen=True)
+class _Asking:
+    """How this run asks: everything that goes into a record besides the answer itself."""
+
+    cfg: SynthesisConfig
+    template: str
+    version: str
+    model_id: str
+    sampling: dict
+
+
+def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, costs: CostSummary,
+                 progress: Progress) -> dict[str, dict]:
+    import ray
+
+    from tasks.engines import make_engine
+    from tasks.llm_models import resolve_llm
+    from tasks.ray_runtime import ensure_ray
+
+    cfg = ask.cfg
+    ensure_ray(cfg.ray_address)
+    model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir) if cfg.engine == "vllm" else None
+    engine = make_engine(cfg, model_path)
+    items = {i.cache_key: i for i in pending}
+    rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template)} for i in pending]
+    ds = engine.transform(ray.data.from_items(rows))
+    geometry = _geometry(cfg)
+    fresh: dict[str, dict] = {}
+    for batch in ds.iter_batches(batch_size=cfg.shard_rows, batch_format="pyarrow"):
+        costs.mark_answers(batch.num_rows)
+        shard = _records(batch.to_pylist(), items, ask, geometry)
+        store.write_shard(shard)
+        for rec in shard:
+            costs.add(rec)
+            fresh[rec["cache_key"]] = rec
+        progress(f"synthesis: {len(fresh)}/{len(pending)} answered, {costs.accepted} accepted")
+    return fresh
+
+
+def _records(results: list[dict], items: dict[str, WorkItem], ask: _Asking, geometry) -> list[dict]:
+    judged = []
+    for r in results:
+        item = items[r["cache_key"]]
+        result = EngineResult(**{k: r.get(k) for k in EngineResult.__slots__})
+        judged.append((item, result, judge(result.raw_response, item.seed["instruction"], item.seed["query"], ask.cfg.guards)))
+    deltas = geometry(judged) if geometry else [None] * len(judged)
+    out = []
+    for (item, result, parsed), delta in zip(judged, deltas):
+        rec = record(item, result, parsed, prompt_version=ask.version, model_id=ask.model_id, sampling=ask.sampling,
+                     geometry_delta=delta)
+        if delta is not None and delta <= 0 and rec["rejection"] is None:
+            rec["rejection"] = Rejection.GEOMETRY.value
+        out.append(rec)
+    return out
+
+
+def _geometry(cfg: SynthesisConfig):
+    """A function judged-rows -> deltas (None where no instruction), or None when the filter is off."""
+    if not cfg.geometry_filter:
+        return None
+    from dualview_core.encoder import Encoder
+    from dualview_core.geometry import geometry_deltas
+
+    encoder = Encoder(cfg.geometry_encoder)
+
+    def deltas(judged: list) -> list[float | None]:
+        usable = [(i, item, parsed) for i, (item, _, parsed) in enumerate(judged) if parsed.instruction]
+        targets = [item.seed["instruction_negatives"][item.target_index] for _, item, _ in usable]
+        values = geometry_deltas(encoder, [item.seed["query"] for _, item, _ in usable],
+                                 [parsed.instruction for _, _, parsed in usable], [(t["title"], t["text"]) for t in targets])
+        out: list[float | None] = [None] * len(judged)
+        for (i, _, _), value in zip(usable, values):
+            out[i] = value
+        return out
+
+    return deltas
+
+
+def _write_outputs(store: RecordStore, items: list[WorkItem], records: list[dict], storage_options) -> int:
+    """dual_views.parquet (accepted) and rejections.parquet (the rest) for the current seeds."""
+    seeds = {i.cache_key: i.seed for i in items}
+    accepted = [r for r in records if r["rejection"] is None]
+    dual_views = [
+        make_dual_view(seeds[r["cache_key"]], r["instruction"], target_index=r["target_index"],
+                       prompt_version=r["prompt_version"], model_id=r["model_id"])
+        for r in accepted
+    ]
+    write_table(store.path("dual_views.parquet"), pa.Table.from_pylist(dual_views, schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW, storage_options)
+    rejected = [r for r in records if r["rejection"] is not None]
+    write_table(store.path("rejections.parquet"), pa.Table.from_pylist(rejected, schema=SYNTHESIS_RECORD), SYNTHESIS_RECORD, storage_options)
+    return len(dual_views)

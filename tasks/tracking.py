@@ -1,0 +1,134 @@
+"""MLflow for pipelines: one experiment per pipeline name, a parent run, a nested run per stage.
+
+Runs are addressed by id (not by MLflow's thread-local "active run"), so a stage can log from
+whichever thread or process Prefect runs it in: `with stage(run_id):` re-enters a run there.
+
+Params are the flattened config with anything secret-looking removed (keys naming a key, secret,
+token, password or credential, and the whole of storage options but the endpoint); credentials come
+from the environment and never reach MLflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from pydantic import BaseModel
+
+SECRET_WORDS = ("key", "secret", "token", "password", "credential", "authorization")
+PUBLIC_STORAGE_OPTIONS = ("endpoint_url",)
+MAX_PARAM_CHARS = 500
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def _secret(name: str) -> bool:
+    name = name.lower()
+    return any(word in name for word in SECRET_WORDS) and not name.endswith("_env")
+
+
+def flatten(value: object, prefix: str = "") -> dict[str, str]:
+    """{'synthesis.vllm.model': 'smollm2', ...} with secrets removed and long values cut."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    out: dict[str, str] = {}
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            key = str(key)
+            if _secret(key):
+                continue
+            if key == "storage_options":
+                item = _public_storage_options(item)
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else key))
+        return out
+    text = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+    return {prefix: text[:MAX_PARAM_CHARS]}
+
+
+def _public_storage_options(options: object) -> dict:
+    if not isinstance(options, Mapping):
+        return {}
+    client = options.get("client_kwargs") if isinstance(options.get("client_kwargs"), Mapping) else {}
+    return {k: v for k, v in {**options, **client}.items() if k in PUBLIC_STORAGE_OPTIONS}
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def mlflow_client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
+        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def experiment_id(tracking_uri: str, name: str, artifact_location: str | None = None) -> str:
+    client = mlflow_client(tracking_uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    if artifact_location and "://" not in artifact_location:
+        artifact_location = Path(artifact_location).resolve().as_uri()
+    return client.create_experiment(name, artifact_location=artifact_location)
+
+
+def open_run(tracking_uri: str, experiment: str, name: str, *, parent: str | None = None,
+             tags: Mapping[str, str] | None = None, params: Mapping[str, str] | None = None) -> str:
+    """Create a run (nested under `parent` if given); return its id. Close it with `close_run`."""
+    client = mlflow_client(tracking_uri)
+    all_tags = {"mlflow.runName": name, **({"mlflow.parentRunId": parent} if parent else {}), **(tags or {})}
+    run = client.create_run(experiment, run_name=name, tags={k: str(v) for k, v in all_tags.items() if v is not None})
+    if params:
+        from mlflow.entities import Param
+
+        items = [Param(k, v) for k, v in params.items()]
+        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            client.log_batch(run.info.run_id, params=items[start : start + 100])
+    return run.info.run_id
+
+
+def close_run(tracking_uri: str, run_id: str, failed: bool = False) -> None:
+    mlflow_client(tracking_uri).set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+
+
+@contextlib.contextmanager
+def stage(tracking_uri: str, run_id: str) -> Iterator[None]:
+    """Make `run_id` MLflow's active run in this thread, so the fluent API logs into it."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    with mlflow.start_run(run_id=run_id, log_system_metrics=False):
+        yield
+
+
+def log_metrics(tracking_uri: str, run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
+    if items:
+        mlflow_client(tracking_uri).log_batch(run_id, metrics=items)
+
+
+def log_dict(tracking_uri: str, run_id: str, obj: object, path: str) -> None:
+    mlflow_client(tracking_uri).log_dict(run_id, obj, path)
+
+
+def synthesis_metrics(summary: Mapping) -> dict[str, float]:
+    """The numbers of a synthesis run, named for MLflow."""
+    cost, plan = summary["cost"], summary["plan"]
+    out = {f"synthesis/{k}": v for k, v in cost.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    out |= {f"synthesis/rejections/{reason}": n for reason, n in cost["rejections"].items()}
+    out |= {f"synthesis/plan/{k}": v for k, v in plan.items()}
+    out |= {"synthesis/dual_views": summary["dual_views"], "synthesis/rejected": summary["rejected"],
+            "synthesis/quarantined_seeds": summary["seeds"]["quarantined"]}
+    return out

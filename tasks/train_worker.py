@@ -1,0 +1,116 @@
+"""Training from inputs on disk: read seeds and dual views, build the mixture, train in this process
+or as N ranks under the `deepspeed` launcher. Also the script each launched rank runs
+(`python -m tasks.train_worker`, started by the launcher — not by hand).
+
+Several ranks: the parent builds the mixture once to fail fast and to learn its digest, then runs
+
+    deepspeed --num_gpus N --master_port P --no_local_rank --module tasks.train_worker --config … --digest …
+
+Every rank rebuilds the same mixture (it is a pure function of the data and the seed) and refuses
+to train if its digest differs. On a CPU machine `--num_gpus N` still starts N processes: the
+launcher only trims its slot list to N and never checks that GPUs exist (DeepSpeed 0.19), while
+`--include localhost:0,1` fails because the CPU "accelerator" reports one device per NUMA node.
+Ranks then talk over gloo, each with cpu_count / N threads. The launcher's ranks cannot call a
+callback in this process, so with N > 1 the callback is replayed from the history once they end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from dualview_core.config import MixtureConfig, TrainingConfig
+from dualview_core.contracts import DUAL_VIEW_ROW
+from dualview_core.io import read_table
+from dualview_core.mixtures import Mixture, build_mixture
+from dualview_core.negatives import block_width
+from dualview_core.sources import filesystem
+from tasks.training import Callback, TrainResult, check_destination, free_port, prepare_environment, train
+
+
+def read_dual_views(path: str, storage_options: dict | None = None):
+    """A DUAL_VIEW_ROW table from one Parquet file or a folder of Parquet shards."""
+    import pyarrow as pa
+
+    fs, inner = filesystem(path, storage_options)
+    if not fs.isdir(inner):
+        return read_table(path, DUAL_VIEW_ROW, storage_options)
+    shards = sorted(p for p in fs.ls(inner, detail=False) if p.endswith(".parquet"))
+    return pa.concat_tables([read_table(fs.unstrip_protocol(p), DUAL_VIEW_ROW, storage_options) for p in shards])
+
+
+def load_mixture(cfg: MixtureConfig, seeds: str, dual_views: str | None,
+                 storage_options: dict | None = None) -> Mixture:
+    from dualview_core.loading import read_seeds
+
+    views = read_dual_views(dual_views, storage_options) if dual_views else None
+    return build_mixture(read_seeds(seeds, storage_options).seeds, views, cfg)
+
+
+def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, processes: int = 1,
+        storage_options: dict | None = None, callback: Callback | None = None) -> TrainResult:
+    """Build the mixture and train it, in this process (processes=1) or under the launcher."""
+    mixture = load_mixture(cfg.mixture, seeds, dual_views, storage_options)
+    if processes == 1:
+        return train(cfg, mixture, out, storage_options=storage_options, callback=callback)
+    check_destination(out, storage_options)
+    block_width(mixture.rows, cfg.negatives, strict=cfg.strict_negatives)  # fail before starting ranks
+    result = launch(cfg, seeds, dual_views, out, processes, mixture.digest, storage_options)
+    for record in result.history if callback else ():
+        callback(record["step"], {k: v for k, v in record.items() if k != "step"})
+    return result
+
+
+def _worker_env(processes: int) -> dict:
+    env = dict(os.environ)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)  # the launcher sets them per rank; an in-process run may have left them
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions"))
+    return env
+
+
+def launch(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, processes: int, digest: str,
+           storage_options: dict | None = None) -> TrainResult:
+    """Run `processes` ranks under the `deepspeed` launcher; return rank 0's result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config, options, result = Path(tmp, "config.json"), Path(tmp, "storage.json"), Path(tmp, "result.json")
+        config.write_text(cfg.model_dump_json())
+        options.write_text(json.dumps(storage_options or {}))
+        cmd = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", str(processes), "--master_port",
+               str(free_port()), "--no_local_rank", "--module", "tasks.train_worker", "--config", str(config),
+               "--seeds", seeds, "--out", out, "--storage-options", str(options), "--result", str(result),
+               "--digest", digest, *(["--dual-views", dual_views] if dual_views else [])]
+        proc = subprocess.run(cmd, env=_worker_env(processes), capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not result.is_file():
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise RuntimeError(f"deepspeed launcher exited with {proc.returncode}:\n{tail}")
+        return TrainResult(**json.loads(result.read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="one training rank (started by the deepspeed launcher)")
+    for flag in ("--config", "--seeds", "--out", "--storage-options", "--result", "--digest"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--dual-views")
+    args = parser.parse_args(argv)
+    prepare_environment()
+    cfg = TrainingConfig.model_validate_json(Path(args.config).read_text())
+    options = json.loads(Path(args.storage_options).read_text()) or None
+    mixture = load_mixture(cfg.mixture, args.seeds, args.dual_views, options)
+    if mixture.digest != args.digest:
+        raise RuntimeError(f"rank {os.environ['RANK']} built mixture {mixture.digest}, the parent {args.digest}")
+    result = train(cfg, mixture, args.out, storage_options=options)
+    if os.environ["RANK"] == "0":
+        Path(args.result).write_text(json.dumps(dataclasses.asdict(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Evaluation logged into a real MLflow server (SQLite store, started here on 127.0.0.1), read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dualview_core.config import EvaluationConfig
+from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EvalSet
+from dualview_core.eval_report import evaluate_runs
+from tests.integration.conftest import free_port, wait_for_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    root = Path(tmp_path_factory.mktemp("mlflow"))
+    port = free_port()
+    mlflow_bin = Path(sys.executable).parent / "mlflow"
+    cmd = [str(mlflow_bin), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+           "--default-artifact-root", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with open(root / "server.log", "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc, timeout=180)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def tracking(mlflow_server, monkeypatch):
+    """The client pointed at the server; afterwards, no tracking URI or experiment leaks out (set_experiment
+    keeps the experiment in a module global and in MLFLOW_EXPERIMENT_ID)."""
+    import mlflow
+    from mlflow.tracking import fluent
+
+    before, saved_env = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_EXPERIMENT_ID")
+    monkeypatch.setattr(fluent, "_active_experiment_id", None)
+    mlflow.set_tracking_uri(mlflow_server)
+    try:
+        yield mlflow.MlflowClient(mlflow_server)
+    finally:
+        mlflow.set_tracking_uri(before)
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None) if saved_env is None else os.environ.update(MLFLOW_EXPERIMENT_ID=saved_env)
+
+
+def eval_set(name: str) -> EvalSet:
+    """Three queries; under the changed instruction d1 stops being relevant to each."""
+    queries = [{"query_id": q, "group_id": q, "view": v, "query": f"query {q}", "instruction": v}
+               for q in ("q1", "q2", "q3") for v in ("og", "changed")]
+    qrels = [{"query_id": q, "view": v, "doc_id": d, "relevance": int(d != "d3" and not (v == "changed" and d == "d1"))}
+             for q in ("q1", "q2", "q3") for v in ("og", "changed") for d in ("d1", "d2", "d3")]
+    corpus = [{"doc_id": d, "title": "", "text": f"text {d}"} for d in ("d1", "d2", "d3")]
+    return EvalSet(name, pa.Table.from_pylist(corpus, schema=EVAL_CORPUS),
+                   pa.Table.from_pylist(queries, schema=EVAL_QUERIES), pa.Table.from_pylist(qrels, schema=EVAL_QRELS))
+
+
+RUN_OG = {"q1": {"d1": 0.9, "d2": 0.5, "d3": 0.1}, "q2": {"d1": 0.5, "d2": 0.9, "d3": 0.1}, "q3": {"d1": 0.1, "d2": 0.5, "d3": 0.9}}
+RUN_CHANGED = {"q1": {"d1": 0.1, "d2": 0.5, "d3": 0.9}, "q2": {"d1": 0.9, "d2": 0.5, "d3": 0.1}, "q3": {"d1": 0.1, "d2": 0.5, "d3": 0.9}}
+
+
+def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
+    import mlflow
+
+    from tasks.evaluation import log_evaluation
+
+    cfg = EvaluationConfig(bootstrap_resamples=200)
+    reports = []
+    for name in ("core17", "news21"):
+        report = evaluate_runs(eval_set(name), {"og": RUN_OG, "changed": RUN_CHANGED}, cfg)
+        report.details["source"] = str(tmp_path / name)
+        reports.append(report)
+    # hand-computed: d1 goes 1->3 (q1: +2/3), 2->1 (q2: -1/2), 3->3 (q3: 0)
+    assert reports[0].summary["p-MRR"].mean == pytest.approx(100 * (2 / 3 - 1 / 2) / 3)
+
+    experiment = mlflow.set_experiment("eval-logging")
+    with mlflow.start_run() as active:
+        logged = log_evaluation(reports, cfg)
+
+    runs = tracking.search_runs([experiment.experiment_id])
+    assert [r.info.run_id for r in runs] == [active.info.run_id]  # logged into the active run, no other
+    metrics = runs[0].data.metrics
+    assert metrics == pytest.approx(logged)
+    for r in reports:
+        for metric in ("p-MRR", "score", "score_vs_qrels_changed"):
+            key = f"followir/{r.subset}/{metric}"
+            assert metrics[key] == pytest.approx(r.summary[metric].mean)
+            assert metrics[key + "_ci_low"] <= metrics[key] <= metrics[key + "_ci_high"]
+    assert metrics["followir/score"] == pytest.approx((reports[0].summary["score"].mean + reports[1].summary["score"].mean) / 2)
+    assert metrics["followir/p-MRR"] == pytest.approx(reports[0].summary["p-MRR"].mean)  # same runs, same p-MRR
+    assert runs[0].data.params["followir/news21/score_measure"] == "ndcg_cut_5"
+    assert runs[0].data.params["followir/core17/score_measure"] == "map_cut_1000"
+
+    inputs = {d.dataset.name: d for d in runs[0].inputs.dataset_inputs}
+    assert {n: d.dataset.digest for n, d in inputs.items()} == {f"followir/{r.subset}": r.digest for r in reports}
+    assert {t.value for d in inputs.values() for t in d.tags if t.key == "mlflow.data.context"} == {"eval"}
+
+    artifacts = {a.path for a in tracking.list_artifacts(active.info.run_id, "evaluation")}
+    assert artifacts == {"evaluation/ci.png", "evaluation/followir_core17_per_query.json", "evaluation/followir_news21_per_query.json"}
+    table = json.loads(Path(tracking.download_artifacts(active.info.run_id, "evaluation/followir_core17_per_query.json", str(tmp_path))).read_text())
+    rows = {row[0]: dict(zip(table["columns"], row)) for row in table["data"]}
+    assert rows["q1"]["p-MRR"] == pytest.approx(100 * 2 / 3) and rows["q2"]["p-MRR"] == pytest.approx(-50.0)
+
+
+def test_without_an_active_run_it_opens_one(tracking):
+    import mlflow
+
+    from tasks.evaluation import log_evaluation
+
+    experiment = mlflow.set_experiment("eval-logging-standalone")
+    report = evaluate_runs(eval_set("core17"), {"og": RUN_OG, "changed": RUN_CHANGED}, EvaluationConfig(bootstrap_resamples=50))
+    log_evaluation(report)
+    assert mlflow.active_run() is None
+    (run,) = tracking.search_runs([experiment.experiment_id])
+    assert "followir/core17/p-MRR" in run.data.metrics and run.info.status == "FINISHED"
+
+
+def test_cli_evaluate_logs_what_it_prints(tracking, capsys):
+    from dualview_core.samples import followir_path
+    from flows.cli import main
+
+    code = main(["evaluate", "--model", "minilm", "--eval-set", followir_path(), "--max-length", "256",
+                 "--resamples", "100", "--mlflow-experiment", "cli-evaluate"])
+    printed = json.loads(capsys.readouterr().out)
+    assert code == 0
+    experiment = tracking.get_experiment_by_name("cli-evaluate")
+    (run,) = tracking.search_runs([experiment.experiment_id])
+    for metric, values in printed["metrics"].items():
+        assert run.data.metrics[f"followir/followir-sample/{metric}"] == pytest.approx(values["value"])
+        assert run.data.metrics[f"followir/followir-sample/{metric}_ci_high"] == pytest.approx(values["ci_high"])
+    assert run.inputs.dataset_inputs[0].dataset.digest == printed["digest"]

@@ -1,0 +1,224 @@
+"""The whole product as a user drives it, on real local services.
+
+A Prefect server (SQLite), an MLflow server, and an S3-compatible server holding the seeds; the
+deployments from prefect.yaml on a process work pool with a real worker. `pipeline` is triggered
+through the Prefect API with custom parameters (as the UI's custom run does); then two seed rows
+change in S3 and `watch-seeds` re-synthesizes exactly those two; run again, it does nothing.
+Every service is stopped by its process id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import s3fs
+
+from dualview_core import samples
+from tests.integration.conftest import free_port, wait_for_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+SECRETS = {"AWS_ACCESS_KEY_ID": "AKIADUALVIEWTEST", "AWS_SECRET_ACCESS_KEY": "dualview-secret-do-not-log",
+           "OPENAI_API_KEY": "sk-dualview-do-not-log"}
+
+
+def start(cmd: list[str], log: Path, env: dict, port: int | None = None, timeout: float = 120) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    if port:
+        wait_for_port(port, proc, timeout)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    root = tmp_path_factory.mktemp("services")
+    s3_port, mlflow_port, prefect_port = free_port(), free_port(), free_port()
+    env = {**os.environ, **SECRETS, "AWS_DEFAULT_REGION": "us-east-1", "PREFECT_HOME": str(root / "prefect"),
+           "PREFECT_API_URL": f"http://127.0.0.1:{prefect_port}/api", "PREFECT_CLI_PROMPT": "false",
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root}/prefect.db",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO"}
+    procs = []
+    try:
+        procs.append(start([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)], root / "s3.log", env, s3_port))
+        procs.append(start([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+                            "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1",
+                            "--port", str(mlflow_port), "--workers", "1"], root / "mlflow.log", env, mlflow_port))
+        procs.append(start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)],
+                           root / "prefect.log", env, prefect_port, timeout=180))
+        _wait_prefect_ready(env)
+        subprocess.run([str(BIN / "prefect"), "work-pool", "create", "dualview-process", "--type", "process"],
+                       env=env, cwd=REPO, check=True, capture_output=True)
+        deploy = subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--name", "pipeline", "--name", "watch-seeds"],
+                                env=env, cwd=REPO, capture_output=True, text=True)
+        assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+        _pause_schedules(env, "watch-seeds/watch-seeds")  # no scheduled run may interleave with the test's
+        procs.append(start([str(BIN / "prefect"), "worker", "start", "--pool", "dualview-process", "--limit", "1"],
+                           root / "worker.log", env))
+        yield {"env": env, "s3": f"http://127.0.0.1:{s3_port}", "mlflow": f"http://127.0.0.1:{mlflow_port}", "root": root}
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+
+
+def _wait_prefect_ready(env: dict, timeout: float = 120) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(env["PREFECT_API_URL"] + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError("Prefect server not healthy")
+
+
+def _api(env: dict, code: str) -> str:
+    """Run a snippet against the Prefect API in a child process (its settings come from env)."""
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def _pause_schedules(env: dict, deployment: str) -> None:
+    _api(env, f"""
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as c:
+    d = c.read_deployment_by_name({deployment!r})
+    for s in c.read_deployment_schedules(d.id):
+        c.update_deployment_schedule(d.id, s.id, active=False)
+print("ok")
+""")
+
+
+def run_deployment(env: dict, name: str, parameters: dict) -> dict:
+    """Trigger a deployment with custom parameters and wait for it; return its final state and logs."""
+    return json.loads(_api(env, f"""
+import json, time
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.deployments import run_deployment
+run = run_deployment({name!r}, parameters=json.loads({json.dumps(parameters)!r}), timeout=1500, poll_interval=3)
+with get_client(sync_client=True) as c:
+    logs = c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+print(json.dumps({{"state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs]}}))
+"""))
+
+
+def test_pipeline_then_watch_seeds_through_deployments(services):
+    env, s3 = services["env"], services["s3"]
+    options = {"client_kwargs": {"endpoint_url": s3}}
+    fs = s3fs.S3FileSystem(**options, key=SECRETS["AWS_ACCESS_KEY_ID"], secret=SECRETS["AWS_SECRET_ACCESS_KEY"])
+    bucket = f"dualview-{uuid.uuid4().hex[:8]}"
+    fs.mkdir(bucket)
+    fs.put(samples.seeds_path(), f"{bucket}/seeds/seeds.jsonl")
+    seeds = {"path": f"s3://{bucket}/seeds/seeds.jsonl", "storage_options": options}
+    synthesis = {"limit": 8, "shard_rows": 4}
+    config = {
+        "name": "it-pipeline", "seeds": seeds, "workdir": f"s3://{bucket}/runs", "synthesis": synthesis,
+        "training": {"mixture": {"name": "all-dv"}, "max_length": 64, "batch_size": 4, "max_steps": 4, "eval_every": 0},
+        "evaluation": {"max_length": 64, "bootstrap_resamples": 200},
+        "tracking_uri": services["mlflow"], "artifact_location": None,
+    }
+    result = run_deployment(env, "pipeline/pipeline", {"config": config})
+    assert result["state"] == "COMPLETED", result
+
+    runs = _mlflow_runs(services["mlflow"], "it-pipeline")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1
+    parent = parents[0]
+    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert set(children) == {"synthesize", "train", "evaluate-base", "evaluate-trained"}
+    for label in ("evaluate-base", "evaluate-trained"):
+        metrics = children[label].data.metrics
+        for name in ("followir/followir-sample/p-MRR", "followir/followir-sample/score",
+                     "followir/followir-sample/p-MRR_ci_low", "followir/followir-sample/score_ci_high"):
+            assert name in metrics, (label, sorted(metrics))
+    assert children["synthesize"].data.metrics["synthesis/engine_rows"] == 8
+    assert children["train"].data.metrics["train/loss"] > 0
+    assert parent.data.params["synthesis.limit"] == "8"
+    assert {"dualview.git_commit", "dualview.prompt_version", "dualview.seed_fingerprint",
+            "dualview.data_digest", "dualview.eval_digest"} <= set(parent.data.tags)
+    artifacts = _artifact_texts(services["mlflow"], [parent, *children.values()])
+    assert {"synthesis/sample.json", "synthesis/summary.json", "evaluation/ci.png"} <= {a.split(":", 1)[0] for a in artifacts}
+    run_id = parent.info.run_id
+    for path in ("runs/synthesis/dual_views.parquet", "runs/synthesis/rejections.parquet", "runs/synthesis/manifest.json",
+                 f"runs/models/{run_id}/config.json", f"runs/models/{run_id}/modules.json",
+                 f"runs/eval/{run_id}/trained/report.json", f"runs/eval/{run_id}/base/run_og.trec"):
+        assert fs.exists(f"{bucket}/{path}"), path
+    _assert_no_secrets(parent, children.values(), artifacts, result["logs"])
+
+    # two seed rows change in S3: watch-seeds re-synthesizes exactly those two
+    rows = [json.loads(line) for line in fs.cat_file(f"{bucket}/seeds/seeds.jsonl").decode().splitlines()]
+    instruct = [r for r in rows if r["has_instruction"]]
+    for r in instruct[1:3]:
+        r["only_instruction"] += " Recent sources only."
+    fs.pipe_file(f"{bucket}/seeds/seeds.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode())
+    watch = {"seeds": seeds, "out": f"s3://{bucket}/runs/synthesis", "config": synthesis}
+    changed = run_deployment(env, "watch-seeds/watch-seeds", watch)
+    assert changed["state"] == "COMPLETED", changed
+    manifest = json.loads(fs.cat_file(f"{bucket}/runs/synthesis/manifest.json"))["summary"]
+    assert manifest["plan"]["pending"] == 2 and manifest["plan"]["changed"] == 2 and manifest["cost"]["engine_rows"] == 2
+    etag = fs.info(f"{bucket}/runs/synthesis/manifest.json")["ETag"]
+
+    unchanged = run_deployment(env, "watch-seeds/watch-seeds", watch)
+    assert unchanged["state"] == "COMPLETED", unchanged
+    assert any("nothing to do" in m for m in unchanged["logs"]), unchanged["logs"]
+    fs.invalidate_cache()
+    assert fs.info(f"{bucket}/runs/synthesis/manifest.json")["ETag"] == etag  # no synthesis ran
+
+
+def _mlflow_runs(uri: str, experiment: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None
+    return client.search_runs([exp.experiment_id])
+
+
+def _artifact_texts(uri: str, runs) -> list[str]:
+    """'path:content' for every artifact of the runs (binary ones by path only)."""
+    from mlflow.tracking import MlflowClient
+
+    client, out = MlflowClient(tracking_uri=uri), []
+
+    def walk(run_id: str, path: str | None = None) -> None:
+        for item in client.list_artifacts(run_id, path):
+            if item.is_dir:
+                walk(run_id, item.path)
+                continue
+            local = client.download_artifacts(run_id, item.path)
+            data = Path(local).read_bytes()
+            out.append(f"{item.path}:{data.decode('utf-8', errors='ignore') if not item.path.endswith('.png') else ''}")
+
+    for run in runs:
+        walk(run.info.run_id)
+    return out
+
+
+def _assert_no_secrets(parent, children, artifacts: list[str], logs: list[str]) -> None:
+    haystack = json.dumps([dict(r.data.params) | dict(r.data.tags) for r in (parent, *children)]) + "".join(artifacts) + "".join(logs)
+    for name, secret in SECRETS.items():
+        assert secret not in haystack, f"{name} leaked"

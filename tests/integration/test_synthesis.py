@@ -1,0 +1,152 @@
+"""Synthesis with real engines: vLLM's CPU build through Ray Data, and vLLM's OpenAI-compatible server.
+
+Also: a run killed with SIGKILL resumes to exactly the rows of an uninterrupted run; changing k seed
+rows costs exactly k engine calls (counted by the server itself); no change costs none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dualview_core import samples
+from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
+from tasks.llm_models import resolve_llm
+from tasks.synthesis import run_synthesis
+from tests.integration.conftest import free_port, wait_for_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+MODEL_CACHE = REPO / ".cache" / "models"
+
+
+def outputs(out: Path) -> tuple[list[dict], list[dict]]:
+    return pq.read_table(out / "dual_views.parquet").to_pylist(), pq.read_table(out / "rejections.parquet").to_pylist()
+
+
+def shard_keys(out: Path) -> list[str]:
+    return [k for shard in sorted((out / "records").glob("part-*.parquet")) for k in pq.read_table(shard).column("cache_key").to_pylist()]
+
+
+def test_vllm_engine_through_ray_data(tmp_path):
+    out = tmp_path / "syn"
+    cfg = SynthesisConfig(limit=8, shard_rows=4, model_cache_dir=str(MODEL_CACHE))
+    summary = run_synthesis(samples.seeds_path(), str(out), cfg, progress=lambda m: None)
+    dual_views, rejections = outputs(out)
+    assert summary["plan"]["pending"] == 8 and summary["cost"]["engine_rows"] == 8
+    assert len(dual_views) + len(rejections) == 8 == summary["dual_views"] + summary["rejected"]
+    assert summary["cost"]["prompt_tokens"] > 8 * 500  # the real prompt went through the real engine
+    assert all(r["raw_response"].startswith("<answer><new_instruction>") for r in rejections if r["rejection"] != "engine_error")
+    assert all(r["rejection"] for r in rejections) and all(r["instruction"] for r in dual_views)
+    assert len(shard_keys(out)) == 8 and len(list((out / "records").glob("part-*.parquet"))) == 2
+    again = run_synthesis(samples.seeds_path(), str(out), cfg, progress=lambda m: None)
+    assert again["plan"] == {"pending": 0, "cached": 8, "new": 0, "changed": 0, "removed": 0, "unchanged": 8}
+    assert again["cost"]["engine_rows"] == 0 and outputs(out) == (dual_views, rejections)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """vLLM's OpenAI-compatible server on 127.0.0.1, serving the packaged SmolLM2."""
+    model = resolve_llm("smollm2", MODEL_CACHE)
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
+           "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port)]
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_port(port, proc, timeout=300)
+        _wait_healthy(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _wait_healthy(port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise TimeoutError("vLLM server never became healthy")
+
+
+def served_requests(server: str) -> float:
+    """Finished requests as the server counts them (Prometheus metrics)."""
+    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("vllm:request_success_total"))
+
+
+def openai_cfg(server: str, **kw) -> SynthesisConfig:
+    return SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_url=f"{server}/v1", model="smollm2", concurrency=4), **kw)
+
+
+def test_openai_engine_and_incremental_cost(server, tmp_path):
+    seeds = tmp_path / "seeds.jsonl"
+    shutil.copy(samples.seeds_path(), seeds)
+    out = tmp_path / "syn"
+    cfg = openai_cfg(server, limit=10, shard_rows=5)
+    before = served_requests(server)
+    first = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
+    assert served_requests(server) - before == 10
+    assert first["cost"]["engine_rows"] == 10 and first["cost"]["prompt_tokens"] > 10 * 500
+    assert first["dual_views"] + first["rejected"] == 10
+
+    rows = [json.loads(line) for line in seeds.read_text(encoding="utf-8").splitlines()]
+    eligible = [r for r in rows if r["has_instruction"]][:10]
+    for r in eligible[2:4]:  # change two seeds within the first ten
+        r["positive_passages"][0]["text"] += " Updated in the latest revision."
+    seeds.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    before = served_requests(server)
+    second = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
+    assert served_requests(server) - before == 2
+    assert second["plan"] == {"pending": 2, "cached": 8, "new": 0, "changed": 2, "removed": 0, "unchanged": 8}
+
+    before = served_requests(server)
+    third = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
+    assert served_requests(server) - before == 0 and third["plan"]["pending"] == 0
+
+
+def synthesize_cli(server: str, out: Path, limit: int) -> list[str]:
+    return [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", samples.seeds_path(), "--out", str(out),
+            "--engine", "openai", "--base-url", f"{server}/v1", "--model", "smollm2", "--concurrency", "2",
+            "--limit", str(limit), "--shard-rows", "2"]
+
+
+def test_sigkill_then_resume_equals_an_uninterrupted_run(server, tmp_path):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    total = 30
+    subprocess.run(synthesize_cli(server, whole, total), check=True, capture_output=True, timeout=600)
+    proc = subprocess.Popen(synthesize_cli(server, killed, total), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list((killed / "records").glob("part-*.parquet")) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the run finished before it could be killed"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: driver, Ray and all
+    proc.wait()
+    published = len(shard_keys(killed))
+    assert 0 < published < total and not (killed / "manifest.json").exists()
+    resumed = subprocess.run(synthesize_cli(server, killed, total), check=True, capture_output=True, timeout=600, text=True)
+    summary = json.loads(resumed.stdout)
+    assert summary["plan"]["cached"] == published and summary["plan"]["pending"] == total - published
+    keys = shard_keys(killed)
+    assert len(keys) == len(set(keys)) == total  # no duplicates, nothing lost
+    assert sorted(keys) == sorted(shard_keys(whole))
+    (dv_a, rej_a), (dv_b, rej_b) = outputs(whole), outputs(killed)
+    assert len(dv_a) + len(rej_a) == len(dv_b) + len(rej_b) == total

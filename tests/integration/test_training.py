@@ -1,0 +1,196 @@
+"""Training end to end on the bundled sample: real DeepSpeed (gloo on CPU), the packaged MiniLM.
+
+- one in-process worker: 50 steps on all-dv, the loss falls and the separation grows;
+- its checkpoint loads in sentence-transformers and encodes exactly as the project's encoder;
+- two ranks under the `deepspeed` launcher (ZeRO-2, in-batch negatives gathered across ranks) save
+  to a local S3-compatible server;
+- `dualview train` makes a checkpoint for every mixture (one ZeRO stage each, 3 included), and bad
+  requests fail before any model is loaded.
+
+Dual views here are hand-written test fixtures (a template over the target's title), not synthesis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dualview_core import samples
+from dualview_core.config import MixtureConfig, TrainingConfig
+from dualview_core.contracts import DUAL_VIEW_ROW
+from dualview_core.dual_view import make_dual_view
+from dualview_core.encoder import Encoder
+from dualview_core.io import write_table
+from dualview_core.loading import read_seeds
+from dualview_core.separation import pairs_of
+from flows.cli import main
+from tasks.train_worker import load_mixture, run
+from tasks.training import LOSS, LR, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
+                    "1_Pooling/config.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                    "dualview.json"}
+SMALL = {"max_length": 64, "negatives": 3, "learning_rate": 5e-5}
+
+
+def fixture_instruction(seed: dict) -> str:
+    """A test fixture standing in for synthesis: ask for the target's topic, exclude the old positive's."""
+    return (f"Only passages like '{seed['instruction_negatives'][0]['title']}' are relevant; "
+            f"ones like '{seed['positives'][0]['title']}' are not.")
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> tuple[str, str]:
+    seeds = read_seeds(samples.seeds_path()).seeds.to_pylist()
+    views = [make_dual_view(s, fixture_instruction(s), prompt_version="fixture", model_id="hand-written")
+             for s in seeds if s["has_instruction"] and s["instruction_negatives"]]
+    path = str(tmp_path_factory.mktemp("views") / "dual_views.parquet")
+    write_table(path, pa.Table.from_pylist(views, schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW)
+    return samples.seeds_path(), path
+
+
+@pytest.fixture(scope="module")
+def fifty_steps(sample, tmp_path_factory):
+    cfg = TrainingConfig(mixture=MixtureConfig(name="all-dv"), batch_size=4, max_steps=50, eval_every=25, **SMALL)
+    records: list[tuple[int, dict]] = []
+    out = str(tmp_path_factory.mktemp("run") / "checkpoint")
+    result = run(cfg, *sample, out, callback=lambda step, metrics: records.append((step, metrics)))
+    return cfg, result, records
+
+
+def series(records, name: str) -> list[tuple[int, float]]:
+    return [(step, m[name]) for step, m in records if name in m]
+
+
+def test_single_worker_loss_falls_and_signals_are_reported(fifty_steps):
+    cfg, result, records = fifty_steps
+    assert result.world_size == 1 and result.steps == 50
+    assert result.composition["by_source"] == {"instruct": 58, "non_instruct": 0, "dual_view": 58}
+    losses = [v for _, v in series(records, LOSS)]
+    assert len(losses) == 50
+    first, last = statistics.mean(losses[:10]), statistics.mean(losses[-10:])
+    assert last < 0.5 * first, f"loss did not fall: first 10 steps {first:.3f}, last 10 {last:.3f}"
+    lrs = [v for _, v in series(records, LR)]  # linear warm-up over 5 steps from 0, then linear decay
+    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(cfg.learning_rate) and lrs[-1] < 0.05 * cfg.learning_rate
+    assert all(v > 0 for _, v in series(records, SAMPLES_PER_S) + series(records, TOKENS_PER_S))
+    separation = series(records, SEPARATION)
+    assert [s for s, _ in separation] == [0, 25, 50]
+    assert separation[-1][1] > separation[0][1], f"instruction separation did not grow: {separation}"
+    assert result.history == [{"step": s, **m} for s, m in records]
+
+
+def test_checkpoint_round_trip_through_sentence_transformers(fifty_steps, sample):
+    from sentence_transformers import SentenceTransformer
+
+    cfg, result, records = fifty_steps
+    path = Path(result.checkpoint)
+    assert CHECKPOINT_FILES <= {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()}
+    texts = ["how long to ferment sauerkraut", "Small-Jar Sauerkraut: Timing by Temperature For a one-quart jar ..."]
+    st = SentenceTransformer(str(path), device="cpu")
+    assert st.max_seq_length == cfg.max_length
+    ours = Encoder(str(path), max_length=cfg.max_length)
+    np.testing.assert_allclose(st.encode(texts), ours.encode(texts), atol=1e-5)
+    # the checkpoint is the trained model: the last separation logged in training, recomputed via ST
+    from dualview_core.separation import separation
+
+    pairs = pairs_of(load_mixture(cfg.mixture, *sample).heldout)
+    recomputed = separation(lambda t: st.encode(t), pairs, cfg.query_template)
+    assert recomputed == pytest.approx(series(records, SEPARATION)[-1][1], abs=1e-5)
+    assert not np.allclose(Encoder("minilm", max_length=cfg.max_length).encode(texts), ours.encode(texts), atol=1e-4)
+    meta = json.loads((path / "dualview.json").read_text())
+    assert meta["data_digest"] == result.digest and meta["training_config"]["mixture"]["name"] == "all-dv"
+
+
+def test_compiled_ops_are_cached_inside_the_project(fifty_steps):
+    root = Path(__file__).resolve().parents[2]
+    cache = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    assert cache.is_relative_to(root) and any(cache.rglob("*shm_comm*"))
+
+
+def test_two_ranks_under_the_deepspeed_launcher_save_to_s3(sample, s3_options, tmp_path):
+    import s3fs
+    from sentence_transformers import SentenceTransformer
+
+    fs = s3fs.S3FileSystem(**s3_options)
+    fs.mkdir("training-runs")
+    cfg = TrainingConfig(mixture=MixtureConfig(name="ins-dv"), batch_size=2, max_steps=3, zero_stage=2, **SMALL)
+    result = run(cfg, *sample, "s3://training-runs/two-ranks", processes=2, storage_options=s3_options)
+    assert result.world_size == 2 and result.steps == 3
+    assert [s for s, _ in series([(r["step"], r) for r in result.history], LOSS)] == [1, 2, 3]
+    stored = {p.removeprefix("training-runs/two-ranks/") for p in fs.find("training-runs/two-ranks")}
+    assert CHECKPOINT_FILES <= stored
+    local = tmp_path / "downloaded"
+    fs.get("training-runs/two-ranks", str(local), recursive=True)
+    assert json.loads((local / "dualview.json").read_text())["world_size"] == 2
+    texts = ["query one", "a document about wind"]
+    np.testing.assert_allclose(SentenceTransformer(str(local), device="cpu").encode(texts),
+                               Encoder(str(local), max_length=cfg.max_length).encode(texts), atol=1e-5)
+
+
+def cli(capsys, *argv) -> tuple[int, dict | None, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+@pytest.mark.parametrize("mixture, extra, zero, rows", [
+    ("ins-orig", [], 0, 58),
+    ("ins-dv", [], 1, 58),
+    ("all-orig", [], 3, 116),
+    ("all-dv", [], 2, 116),
+    ("ratio", ["--ratio", "0.25", "--total", "40"], 0, 40),
+])
+def test_cli_makes_a_checkpoint_for_each_mixture(sample, tmp_path, capsys, mixture, extra, zero, rows):
+    seeds, views = sample
+    out = tmp_path / mixture
+    tiny = ["--max-steps", "1", "--batch-size", "2", "--max-length", "32", "--negatives", "1"]
+    code, summary, err = cli(capsys, "train", "--mixture", mixture, "--seeds", seeds, "--dual-views", views,
+                             "--out", str(out), *tiny, "--zero-stage", str(zero), *extra)
+    assert code == 0, err
+    assert summary["composition"]["rows"] == rows and summary["steps"] == 1 and summary["checkpoint"] == str(out)
+    assert CHECKPOINT_FILES <= {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert json.loads((out / "dualview.json").read_text())["training_config"]["zero_stage"] == zero
+
+
+def test_bad_requests_fail_before_training_with_one_line(sample, tmp_path, capsys):
+    seeds, views = sample
+    base = ["train", "--seeds", seeds, "--out", str(tmp_path / "never")]
+    cases = [
+        (["--mixture", "all-dv", "--dual-views", views, "--negatives", "30", "--strict-negatives"],
+         "negatives=30 is strict, but 116 of 116 rows have fewer (the most any row has is 8"),
+        (["--mixture", "ins-dv"], "mixture ins-dv needs dual-view rows"),
+        (["--mixture", "ins-orig", "--size", "200"], "mixture ins-orig needs 200 instruct rows; the data has 66"),
+        (["--mixture", "ins-orig", "--zero-stage", "5"], "zero_stage: Input should be less than or equal to 3"),
+    ]
+    for argv, message in cases:
+        code, summary, err = cli(capsys, *base, *argv)
+        assert code == 2 and summary is None and len(err.strip().splitlines()) == 1, err
+        assert message in err
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("x")
+    code, _, err = cli(capsys, "train", "--seeds", seeds, "--out", str(tmp_path / "taken"), "--mixture", "ins-orig")
+    assert code == 2 and "already exists" in err
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--mixture", "ins-everything"])
+    assert exc.value.code == 2 and "invalid choice: 'ins-everything'" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
+
+
+def test_length_sorted_chunks_do_not_change_embeddings():
+    from tasks.training import _bi_encoder, _embed, _tokenize_sorted
+
+    encoder = Encoder("minilm", max_length=64)
+    texts = ["a", "a much longer text about the storage of seeds in glass jars", "mid sized text", "b c", "x " * 40]
+    expected = encoder.encode(texts)
+    module = _bi_encoder(encoder).eval()
+    for size in (1, 2, 100):
+        np.testing.assert_allclose(_embed(module, *_tokenize_sorted(encoder, texts, size)).detach().numpy(), expected,
+                                   atol=1e-5)
