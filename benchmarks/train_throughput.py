@@ -8,25 +8,26 @@ sample's ins-orig mixture; each row's K negatives are drawn once by `negatives.s
 count, so K is strict: every row has K). Our trainer draws from the same function (re-drawn each
 epoch: other negatives, the same count).
 
-Measured: wall and CPU seconds between the end of step `--skip` and the end of the last step (model
-loading, engine start-up, the first steps' warm-up and checkpoint writing excluded on both sides),
-turned into samples/s and CPU seconds per sample (the steadier number on a shared machine). The
-phases of our step (make batch, tokenise, forward + loss, backward, optimizer step) are timed
-separately to show where the time goes. Rounds alternate the two trainers, so a noisy shared
-machine slows both alike; the table reports the median round.
+Measured in lock-step: the two trainers run in two fresh processes that take turns, one optimizer
+step each (a pair of semaphores passes the turn), so the machine's other load — this benchmark was
+written on 2 cores shared with other jobs — falls on both alike, step by step. Each step's wall and
+CPU seconds are timed around the step alone (waiting for the turn excluded); the first `--skip`
+steps (model loading, warm-up) are left out. Reported: median samples/s of each side, the median
+of the per-pair ratios, and CPU seconds per sample. The phases of our step (make batch, tokenise,
+forward + loss, backward, optimizer step) are timed afterwards, alone, to show where time goes.
 
 Target: ours / sentence-transformers >= 1.0 (samples/s; CPU efficiency as the cross-check).
 
-Run:  python benchmarks/train_throughput.py [--steps 30 --batch-size 8 --max-length 128 --negatives 7 --rounds 2]
+Run:  python benchmarks/train_throughput.py [--steps 24 --skip 3 --batch-size 8 --max-length 128 --negatives 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,31 +45,39 @@ from dualview_core.mixtures import Mixture, build_mixture
 from dualview_core.negatives import sample_negatives
 from dualview_core.retrieval import doc_text
 
-
-def stamp_now() -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process, all threads)."""
-    return time.perf_counter(), time.process_time()
+TURN_TIMEOUT_S = 1800.0
 
 
-def steady_rate(stamps: list[tuple[float, float]], skip: int, batch_size: int) -> dict:
-    """samples/s and CPU seconds per sample between the end of step `skip` and the end of the last."""
-    samples = batch_size * (len(stamps) - skip)
-    wall, cpu = (stamps[-1][i] - stamps[skip - 1][i] for i in (0, 1))
-    return {"samples_per_s": samples / wall, "cpu_s_per_sample": cpu / samples}
+class Lockstep:
+    """Take turns with another process: time my step, pass the turn, wait for it back."""
+
+    def __init__(self, mine, theirs):
+        self.mine, self.theirs = mine, theirs
+        self.steps: list[tuple[float, float]] = []  # (wall s, CPU s) per step
+        self._start = (0.0, 0.0)
+
+    def wait(self) -> None:
+        if not self.mine.acquire(timeout=TURN_TIMEOUT_S):
+            raise TimeoutError("the other trainer never passed the turn back")
+        self._start = (time.perf_counter(), time.process_time())
+
+    def done(self) -> None:
+        self.steps.append((time.perf_counter() - self._start[0], time.process_time() - self._start[1]))
+        self.theirs.release()
 
 
-def run_ours(cfg: TrainingConfig, mixture: Mixture, skip: int) -> dict:
+def run_ours(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[float, float]]:
     from tasks.training import train
 
-    stamps: list[tuple[float, float]] = []
+    def on_record(step: int, metrics: dict) -> None:
+        if "train/loss" in metrics:  # the end of an optimizer step
+            turn.done()
+            turn.wait()
 
-    def stamp(step: int, metrics: dict) -> None:
-        if "train/loss" in metrics:  # called at the end of each optimizer step
-            stamps.append(stamp_now())
-
+    turn.wait()
     with tempfile.TemporaryDirectory() as tmp:
-        train(cfg, mixture, f"{tmp}/ck", callback=stamp)
-    return steady_rate(stamps, skip, cfg.batch_size)
+        train(cfg, mixture, f"{tmp}/ck", callback=on_record)
+    return turn.steps
 
 
 def st_dataset(mixture: Mixture, k: int, template: str):
@@ -83,7 +92,7 @@ def st_dataset(mixture: Mixture, k: int, template: str):
     return Dataset.from_list(rows)
 
 
-def run_st(cfg: TrainingConfig, mixture: Mixture, skip: int) -> dict:
+def run_st(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[float, float]]:
     from sentence_transformers import (
         SentenceTransformer,
         SentenceTransformerTrainer,
@@ -92,11 +101,12 @@ def run_st(cfg: TrainingConfig, mixture: Mixture, skip: int) -> dict:
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from transformers import TrainerCallback
 
-    stamps: list[tuple[float, float]] = []
+    class TakeTurns(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            turn.wait()
 
-    class Stamp(TrainerCallback):
         def on_step_end(self, *_, **__):
-            stamps.append(stamp_now())
+            turn.done()
 
     model = SentenceTransformer(resolve_model(cfg.model), device="cpu")
     model.max_seq_length = cfg.max_length
@@ -109,9 +119,10 @@ def run_st(cfg: TrainingConfig, mixture: Mixture, skip: int) -> dict:
             report_to="none", save_strategy="no", logging_steps=cfg.max_steps, disable_tqdm=True)
         loss = MultipleNegativesRankingLoss(model, scale=1.0 / cfg.temperature)
         data = st_dataset(mixture, cfg.negatives, cfg.query_template)
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss, callbacks=[Stamp()])
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss,
+                                             callbacks=[TakeTurns()])
         trainer.train()
-    return steady_rate(stamps, skip, cfg.batch_size)
+    return turn.steps
 
 
 def phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str, float]:
@@ -153,52 +164,62 @@ def config(args: argparse.Namespace) -> TrainingConfig:
                           strict_negatives=True, learning_rate=2e-5, eval_every=0)
 
 
-def run_one(args: argparse.Namespace) -> dict:
-    """One measurement in this (fresh) interpreter."""
+def worker(which: str, argv: list[str], mine, theirs, results) -> None:
+    """A spawned process: one trainer (or the phase timing), its numbers into `results`."""
+    args = parser().parse_args(argv)
     cfg = config(args)
     mixture = build_mixture(read_seeds(samples.seeds_path()).seeds, None, cfg.mixture)
-    if args.only == "phases":
-        return phases(cfg, mixture, min(args.steps, 10))
-    return (run_ours if args.only == "ours" else run_st)(cfg, mixture, args.skip)
+    if which == "phases":
+        results.put((which, phases(cfg, mixture, min(args.steps, 10))))
+        return
+    results.put((which, (run_ours if which == "ours" else run_st)(cfg, mixture, Lockstep(mine, theirs))))
 
 
-def measure(which: str, argv: list[str]) -> dict:
-    """Each trainer in its own interpreter: nothing (process group, environment, caches) leaks across."""
-    out = subprocess.run([sys.executable, __file__, *argv, "--only", which], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def spawn(which: list[str], argv: list[str]) -> dict:
+    """Run workers in fresh interpreters (nothing leaks between trainers); ours takes the first turn."""
+    ctx = multiprocessing.get_context("spawn")
+    first, second, results = ctx.Semaphore(1), ctx.Semaphore(0), ctx.Queue()
+    turns = [(first, second), (second, first)]
+    procs = [ctx.Process(target=worker, args=(w, argv, *turns[i], results)) for i, w in enumerate(which)]
+    for proc in procs:
+        proc.start()
+    out = dict(results.get(timeout=TURN_TIMEOUT_S * 2) for _ in procs)
+    for proc in procs:
+        proc.join()
+    return out
+
+
+def summary(steps: dict[str, list[tuple[float, float]]], skip: int, batch_size: int) -> dict:
+    ours, st = steps["ours"][skip:], steps["st"][skip:]
+    pairs = [s[0] / o[0] for o, s in zip(ours, st)]  # adjacent in time: the same machine load
+    return {
+        "timed_steps": len(pairs),
+        "samples_per_s_median": {"ours": batch_size / statistics.median(o[0] for o in ours),
+                                 "sentence_transformers": batch_size / statistics.median(s[0] for s in st)},
+        "ratio_ours_over_st": {"median_of_pairs": statistics.median(pairs), "min": min(pairs), "max": max(pairs)},
+        "cpu_s_per_sample": {"ours": sum(o[1] for o in ours) / (batch_size * len(ours)),
+                             "sentence_transformers": sum(s[1] for s in st) / (batch_size * len(st))},
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--skip", type=int, default=3, help="first steps left out of the timing (loading, warm-up)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--negatives", type=int, default=7, help="K; every ins-orig row of the sample has 7")
+    return p
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--skip", type=int, default=3, help="steps left out of the timing (warm-up)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--negatives", type=int, default=7, help="K; every ins-orig row of the sample has 7")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", choices=["ours", "st", "phases"], help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.only:
-        print(json.dumps(run_one(args)))
-        return
-    argv = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("only", "rounds")]
+    argv = sys.argv[1:]
+    args = parser().parse_args(argv)
     rows = len(build_mixture(read_seeds(samples.seeds_path()).seeds, None, config(args).mixture).rows)
-    rounds = []
-    for r in range(args.rounds):
-        ours, st = measure("ours", argv), measure("st", argv)
-        rounds.append({"round": r, "load_average_1m": round(os.getloadavg()[0], 2),
-                       "samples_per_s": {"ours": ours["samples_per_s"], "sentence_transformers": st["samples_per_s"]},
-                       "cpu_s_per_sample": {"ours": ours["cpu_s_per_sample"],
-                                            "sentence_transformers": st["cpu_s_per_sample"]},
-                       "ratio_samples_per_s": ours["samples_per_s"] / st["samples_per_s"],
-                       "ratio_cpu_efficiency": st["cpu_s_per_sample"] / ours["cpu_s_per_sample"]})
-        print(json.dumps(rounds[-1]), flush=True)
-    print(json.dumps({
-        "setup": {**{k: v for k, v in vars(args).items() if k != "only"}, "rows": rows, "cpus": os.cpu_count()},
-        "median_ratio_samples_per_s": statistics.median(x["ratio_samples_per_s"] for x in rounds),
-        "median_ratio_cpu_efficiency": statistics.median(x["ratio_cpu_efficiency"] for x in rounds),
-        "our_step_phases_s": {k: round(v, 4) for k, v in measure("phases", argv).items()},
-    }, indent=2))
+    table = {"setup": {**vars(args), "rows": rows, "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}}
+    table.update(summary(spawn(["ours", "st"], argv), args.skip, args.batch_size))
+    table["our_step_phases_s"] = {k: round(v, 4) for k, v in spawn(["phases"], argv)["phases"].items()}
+    print(json.dumps(table, indent=2))
 
 
 if __name__ == "__main__":

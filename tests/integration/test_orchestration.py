@@ -137,7 +137,7 @@ def test_pipeline_then_watch_seeds_through_deployments(services):
     synthesis = {"limit": 8, "shard_rows": 4}
     config = {
         "name": "it-pipeline", "seeds": seeds, "workdir": f"s3://{bucket}/runs", "synthesis": synthesis,
-        "training": {"mixture": {"name": "all-dv"}, "max_length": 64, "batch_size": 4, "max_steps": 4, "eval_every": 0},
+        "training": {"mixture": {"name": "ins-orig", "size": 4}, "max_length": 64, "batch_size": 4, "max_steps": 4, "eval_every": 0},
         "evaluation": {"max_length": 64, "bootstrap_resamples": 200},
         "tracking_uri": services["mlflow"], "artifact_location": None,
     }
