@@ -32,13 +32,16 @@ def _hold_slot(name: str):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.concurrency.sync import concurrency
-    from prefect.exceptions import ObjectAlreadyExists
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
     with get_client(sync_client=True) as client:
         try:
-            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
-        except ObjectAlreadyExists:
-            pass
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            try:
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+            except ObjectAlreadyExists:  # another run created it in between
+                pass
     return concurrency(name, occupy=1, strict=True)
 
 

@@ -250,10 +250,12 @@ def publish(local: Path, out: str, storage_options: dict | None = None) -> None:
 def _save(engine, encoder, cfg: TrainingConfig, out: str, storage_options: dict | None, metadata: dict) -> None:
     """Write the checkpoint on rank 0: into a temporary sibling then renamed (local), or staged in a
     temporary folder and uploaded (remote)."""
+    import torch
     import torch.distributed as dist
 
     state = _full_state_dict(engine, encoder, cfg.zero_stage)
     if dist.get_rank() == 0:
+        encoder.model.config.dtype = torch.float32  # the weights are written in fp32 even after bf16 training
         remote = "://" in out and not out.startswith("file://")
         stage = Path(tempfile.mkdtemp()) if remote else Path(f"{out.rstrip('/')}.{uuid.uuid4().hex}.tmp")
         write_sentence_transformers_folder(stage, encoder.model, encoder.tokenizer, pooling=encoder.pooling,

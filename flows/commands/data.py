@@ -66,8 +66,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = PipelineConfig()
     result = pipeline(config)
     minutes = (time.perf_counter() - start) / 60
-    print(f"\n{result['table']}\n")
-    print(f"done in {minutes:.1f} min; MLflow run {result['mlflow_run_id']} in experiment '{config.name}'")
+    # the flow has printed the p-MRR / Score table (it is in the flow run's logs too)
+    print(f"\ndone in {minutes:.1f} min; MLflow run {result['mlflow_run_id']} in experiment '{config.name}'")
     print(f"  checkpoint: {result['checkpoint']}")
     print("  MLflow UI : .venv/bin/mlflow ui --backend-store-uri " + config.tracking_uri + " --port 5000")
     print("  Prefect UI: PREFECT_HOME=.cache/prefect .venv/bin/prefect server start   (then http://127.0.0.1:4200)")
