@@ -6,7 +6,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config import EvaluationConfig, PipelineConfig, SeedSource
-from tasks.stages import close_pipeline_run, evaluate_tracked, open_pipeline_run
+from tasks.stages import evaluate_tracked, pipeline_run
 from tasks.summary import comparison_table
 
 DEFAULTS = PipelineConfig()
@@ -22,12 +22,7 @@ def evaluate(
     tracking_uri: str = DEFAULTS.tracking_uri,
 ) -> dict:
     tracking = PipelineConfig(name=experiment, tracking_uri=tracking_uri, eval_set=eval_set, evaluation=config)
-    run = open_pipeline_run(tracking, flow_run.get_name() or "evaluate")
-    try:
+    with pipeline_run(tracking, flow_run.get_name() or "evaluate") as run:
         report = evaluate_tracked(run, "model", model, eval_set, config, f"{out.rstrip('/')}/{run.run_id}")
-    except BaseException:
-        close_pipeline_run(run, failed=True)
-        raise
-    close_pipeline_run(run)
     print("\n" + comparison_table({model: report}))
     return report.as_dict(with_per_query=False)

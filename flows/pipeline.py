@@ -10,25 +10,20 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config import PipelineConfig
-from tasks.stages import close_pipeline_run, evaluate_tracked, open_pipeline_run, synthesize_tracked, train_tracked
+from tasks.stages import evaluate_tracked, pipeline_run, synthesize_tracked, train_tracked
 from tasks.summary import comparison_table
 
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
-    run = open_pipeline_run(config, flow_run.get_name() or "pipeline")
     work, options = config.workdir.rstrip("/"), config.output_options()
-    try:
+    with pipeline_run(config, flow_run.get_name() or "pipeline") as run:
         synthesis = synthesize_tracked(run, config.seeds, f"{work}/synthesis", config.synthesis, options)
         trained = train_tracked(run, config.seeds, f"{work}/synthesis/dual_views.parquet", f"{work}/models/{run.run_id}",
                                 config.training, config.train_processes, options)
         reports = {label: evaluate_tracked(run, label, model, config.eval_set, config.evaluation,
                                            f"{work}/eval/{run.run_id}/{label}", options)
                    for label, model in (("base", config.training.model), ("trained", trained["checkpoint"]))}
-    except BaseException:
-        close_pipeline_run(run, failed=True)
-        raise
-    close_pipeline_run(run)
     table = comparison_table(reports)
     print("\n" + table)
     return {"mlflow_run_id": run.run_id, "synthesis": synthesis, "checkpoint": trained["checkpoint"],

@@ -10,24 +10,18 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config import SweepConfig
-from tasks.stages import (close_pipeline_run, evaluate_tracked, log_sweep_figure, open_pipeline_run, sweep_points,
-                          synthesize_tracked, train_point)
+from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, sweep_points, synthesize_tracked, train_point
 
 
 @flow(name="sweep", log_prints=True)
 def sweep(config: SweepConfig = SweepConfig()) -> dict:
     p = config.pipeline
-    run = open_pipeline_run(p, flow_run.get_name() or "sweep")
     work = p.workdir.rstrip("/")
-    try:
+    with pipeline_run(p, flow_run.get_name() or "sweep") as run:
         synthesize_tracked(run, p.seeds, f"{work}/synthesis", p.synthesis, p.output_options())
         base = evaluate_tracked(run, "base", p.training.model, p.eval_set, p.evaluation, f"{work}/eval/{run.run_id}/base",
                                 p.output_options())
         results = [train_point(run, point, p, f"{work}/synthesis/dual_views.parquet", f"{work}/sweep/{run.run_id}")
                    for point in sweep_points(config)]
         log_sweep_figure(run, results, base)
-    except BaseException:
-        close_pipeline_run(run, failed=True)
-        raise
-    close_pipeline_run(run)
     return {"mlflow_run_id": run.run_id, "points": results}

@@ -7,7 +7,7 @@ from prefect.runtime import flow_run
 
 from dualview_core.config import PipelineConfig, SeedSource, TrainingConfig
 from flows.synthesize import DEFAULT_OUT
-from tasks.stages import close_pipeline_run, open_pipeline_run, train_tracked
+from tasks.stages import pipeline_run, train_tracked
 
 DEFAULTS = PipelineConfig()
 
@@ -24,11 +24,6 @@ def train(
 ) -> dict:
     """Writes the checkpoint to `models/<MLflow run id>`."""
     tracking = PipelineConfig(name=experiment, tracking_uri=tracking_uri, seeds=seeds, training=config)
-    run = open_pipeline_run(tracking, flow_run.get_name() or "train")
-    try:
+    with pipeline_run(tracking, flow_run.get_name() or "train") as run:
         result = train_tracked(run, seeds, dual_views, f"{models.rstrip('/')}/{run.run_id}", config, processes)
-    except BaseException:
-        close_pipeline_run(run, failed=True)
-        raise
-    close_pipeline_run(run)
     return {k: v for k, v in result.items() if k != "history"}

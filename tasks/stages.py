@@ -126,6 +126,18 @@ def close_pipeline_run(run: RunRef, failed: bool = False) -> None:
     close_run(run.tracking_uri, run.run_id, failed=failed)
 
 
+@contextlib.contextmanager
+def pipeline_run(config: PipelineConfig, name: str):
+    """The parent MLflow run of a flow: opened, yielded, closed FINISHED or FAILED."""
+    run = open_pipeline_run(config, name)
+    try:
+        yield run
+    except BaseException:
+        close_pipeline_run(run, failed=True)
+        raise
+    close_pipeline_run(run)
+
+
 @task(name="synthesize (tracked)", cache_policy=NO_CACHE)
 def synthesize_tracked(parent: RunRef, seeds: SeedSource, out: str, config: SynthesisConfig,
                        out_options: dict | None = None) -> dict:
