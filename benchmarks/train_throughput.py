@@ -127,13 +127,19 @@ def run_st(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[
 
 def phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str, float]:
     """Mean seconds per step of each phase of our step, with the same engine and batches."""
+    from tasks.training import worker_environment
+
+    with worker_environment():
+        return _time_phases(cfg, mixture, steps)
+
+
+def _time_phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str, float]:
     import torch
 
     from dualview_core.loss import candidate_mask, info_nce, scatter_valid
     from dualview_core.negatives import block_width
-    from tasks.training import _embed, _load, _micro_batches, _tokenize_sorted, prepare_environment
+    from tasks.training import _embed, _load, _micro_batches, _tokenize_sorted
 
-    prepare_environment()
     engine, encoder = _load(cfg, steps, 1)
     batches = _micro_batches(mixture, cfg, block_width(mixture.rows, cfg.negatives, strict=True), 0, 1)
     spent = {"make_batch": 0.0, "tokenize": 0.0, "forward+loss": 0.0, "backward": 0.0, "optimizer_step": 0.0}

@@ -31,7 +31,7 @@ from dualview_core.io import read_table
 from dualview_core.mixtures import Mixture, build_mixture
 from dualview_core.negatives import block_width
 from dualview_core.sources import filesystem
-from tasks.training import Callback, TrainResult, check_destination, free_port, prepare_environment, train
+from tasks.training import Callback, TrainResult, check_destination, free_port, train
 
 
 def read_dual_views(path: str, storage_options: dict | None = None):
@@ -70,7 +70,7 @@ def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, pr
 def _worker_env(processes: int) -> dict:
     env = dict(os.environ)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)  # the launcher sets them per rank; an in-process run may have left them
+        env.pop(name, None)  # the launcher sets them per rank
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
     env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions"))
     return env
@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, required=True)
     parser.add_argument("--dual-views")
     args = parser.parse_args(argv)
-    prepare_environment()
     cfg = TrainingConfig.model_validate_json(Path(args.config).read_text())
     options = json.loads(Path(args.storage_options).read_text()) or None
     mixture = load_mixture(cfg.mixture, args.seeds, args.dual_views, options)

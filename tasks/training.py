@@ -11,13 +11,15 @@ the orchestration flow passes one that logs. Per optimizer step: LOSS, LR, SAMPL
 TOKENS_PER_S; at step 0, every `eval_every` steps and at the end: SEPARATION on held-out pairs.
 
 Environment is read and set here, at the edge: RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT
-for an in-process worker (unless a launcher set them), TORCH_EXTENSIONS_DIR inside the project (ops
-DeepSpeed compiles on first use — on CPU its shared-memory comm op — are cached there, not in
-$HOME). An in-process run leaves the process group up, so later runs in the same process reuse it.
+for an in-process worker while it trains (unless a launcher set them), and TORCH_EXTENSIONS_DIR
+inside the project (ops DeepSpeed compiles on first use — on CPU its shared-memory comm op — are
+cached there, not in $HOME). An in-process run leaves its (one-rank) process group up, so later
+runs in the same process reuse it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -64,12 +66,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def prepare_environment() -> None:
-    """Cache compiled ops in the project; give a lone worker the variables a launcher would set."""
+@contextlib.contextmanager
+def worker_environment() -> Iterator[None]:
+    """Inside: the variables torch.distributed and DeepSpeed read. A launcher's are used as they are;
+    a lone worker gets RANK=0, WORLD_SIZE=1 and a free port, removed again on exit — a later child
+    process must not inherit a port this one holds. Compiled ops are cached in the project."""
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(PROJECT_CACHE / "torch_extensions"))
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        yield
+        return
+    lone = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port())}
+    saved = {name: os.environ.get(name) for name in lone}
+    os.environ.update(lone)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
 
 
 def _bi_encoder(encoder):
@@ -278,9 +292,14 @@ def train(cfg: TrainingConfig, mixture: Mixture, out: str, *, storage_options: d
     Runs in this process as one worker, or as one rank of a launcher's job. Bad configurations
     (unreachable negatives, an output that exists) fail before the model is loaded.
     """
-    prepare_environment()
     check_destination(out, storage_options)
     width = block_width(mixture.rows, cfg.negatives, strict=cfg.strict_negatives)
+    with worker_environment():
+        return _train(cfg, mixture, out, width, storage_options, callback)
+
+
+def _train(cfg: TrainingConfig, mixture: Mixture, out: str, width: int, storage_options: dict | None,
+           callback: Callback | None) -> TrainResult:
     world = int(os.environ["WORLD_SIZE"])
     steps = total_steps(len(mixture.rows), batch_size=cfg.batch_size, world_size=world,
                         grad_accumulation=cfg.grad_accumulation, epochs=cfg.epochs, max_steps=cfg.max_steps)

@@ -9,8 +9,11 @@ a mixture the data cannot make, strict negatives the data lacks, an output that 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
+from collections.abc import Iterator
 
 from dualview_core.config import MixtureConfig, TrainingConfig
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
@@ -58,6 +61,24 @@ def summary(result, started: float) -> dict:
     }
 
 
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout meanwhile to stderr, at the file-descriptor level: DeepSpeed
+    logs and op builds print to stdout, and this command's stdout is its JSON summary."""
+    for stream in (sys.stdout, sys.__stdout__):
+        stream.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for stream in (sys.stdout, sys.__stdout__):
+            stream.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -69,8 +90,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         cfg = config_from_args(args)
-        result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
-                     storage_options=storage_options(args))
+        with stdout_to_stderr():
+            result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
+                         storage_options=storage_options(args))
     except (ValidationError, MixtureError, NegativesError, OutputExists) as exc:
         print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -109,6 +109,11 @@ def test_checkpoint_round_trip_through_sentence_transformers(fifty_steps, sample
     assert meta["data_digest"] == result.digest and meta["training_config"]["mixture"]["name"] == "all-dv"
 
 
+def test_an_in_process_run_leaves_no_rank_variables_behind(fifty_steps):
+    # a child process started later (a launcher, the CLI) must not inherit a port this process holds
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"} & set(os.environ)
+
+
 def test_compiled_ops_are_cached_inside_the_project(fifty_steps):
     root = Path(__file__).resolve().parents[2]
     cache = Path(os.environ["TORCH_EXTENSIONS_DIR"])
@@ -158,6 +163,19 @@ def test_cli_makes_a_checkpoint_for_each_mixture(sample, tmp_path, capsys, mixtu
     assert summary["composition"]["rows"] == rows and summary["steps"] == 1 and summary["checkpoint"] == str(out)
     assert CHECKPOINT_FILES <= {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert json.loads((out / "dualview.json").read_text())["training_config"]["zero_stage"] == zero
+
+
+def test_console_script_stdout_is_only_the_json_summary(sample, tmp_path):
+    import subprocess
+    import sys
+
+    seeds, views = sample
+    script = Path(sys.executable).parent / "dualview"
+    out = subprocess.run([str(script), "train", "--mixture", "ins-dv", "--seeds", seeds, "--dual-views", views,
+                          "--out", str(tmp_path / "ck"), "--max-steps", "1", "--batch-size", "2", "--max-length", "32",
+                          "--negatives", "1"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["composition"]["rows"] == 58  # DeepSpeed's own chatter went to stderr
+    assert "DeepSpeed" in out.stderr
 
 
 def test_bad_requests_fail_before_training_with_one_line(sample, tmp_path, capsys):
