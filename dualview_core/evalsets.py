@@ -252,15 +252,21 @@ class _Builder:
             self.qrels[(query_id, view.value, doc_id)] = relevance
 
     def check_qrel_diff(self, t: _Table) -> None:
-        """mteb 2.x ships the changed documents explicitly; they must agree with the two qrels."""
+        """mteb 2.x ships the changed documents explicitly; they must agree with the two qrels, by the
+        definition p-MRR scores with (`metrics.followir_changed`: any label change counts)."""
+        from dualview_core.metrics import followir_changed
+
         self.tables.append(t)
-        og, changed = View.OG.value, View.CHANGED.value
+        by_view: dict[str, dict[str, dict[str, int]]] = {View.OG.value: {}, View.CHANGED.value: {}}
+        for (query_id, view, doc_id), rel in self.qrels.items():
+            if view in by_view:
+                by_view[view].setdefault(query_id, {})[doc_id] = rel
+        derived = followir_changed(by_view[View.OG.value], by_view[View.CHANGED.value])
         mismatches = 0
         for _, row in t.rows:
             query_id = _str_id(_first(row, QUERY_ID))
-            derived = {d for (q, v, d), rel in self.qrels.items() if q == query_id and v == og
-                       and (rel > 0) != (self.qrels.get((q, changed, d), 0) > 0)}
-            mismatches += derived != set(row.get("corpus-ids") or [])
+            shipped = {_str_id(d) for d in row.get("corpus-ids") or []}
+            mismatches += set(derived.get(query_id, [])) != shipped
         self.meta["qrel_diff_mismatches"] = str(mismatches)
 
     def add_top_ranked(self, t: _Table) -> None:

@@ -52,9 +52,7 @@ def test_followir_original_layout(tmp_path):
     assert es.candidates() == {"q1": ["d2", "d0", "d1"], "q2": ["d3", "d4"]}
 
 
-def test_mteb2_layout_gives_the_same_eval_set(tmp_path):
-    original = load_eval_set(str(followir_original(tmp_path / "orig"))).eval_set
-    folder = tmp_path / "mteb"
+def mteb2_folder(folder, og=OG, changed=CHANGED, diff=(("q1", ["d1"]), ("q2", ["d3"]))):
     folder.mkdir()
     write_parquet(folder / "corpus.parquet", [{"id": d["_id"], "title": d["title"], "text": d["text"]} for d in DOCS])
     write_jsonl(folder / "queries.jsonl", [
@@ -65,9 +63,15 @@ def test_mteb2_layout_gives_the_same_eval_set(tmp_path):
         {"query-id": "q1-og", "instruction": "Any country."}, {"query-id": "q1-changed", "instruction": "Not offshore."},
         {"query-id": "q2-og", "instruction": "Any year."}, {"query-id": "q2-changed", "instruction": "Only 2020."},
     ])
-    write_jsonl(folder / "qrels.jsonl", qrel_rows(OG, "-og") + qrel_rows(CHANGED, "-changed"))
-    write_jsonl(folder / "qrel_diff.jsonl", [{"query-id": "q1", "corpus-ids": ["d1"]}, {"query-id": "q2", "corpus-ids": ["d3"]}])
+    write_jsonl(folder / "qrels.jsonl", qrel_rows(og, "-og") + qrel_rows(changed, "-changed"))
+    write_jsonl(folder / "qrel_diff.jsonl", [{"query-id": q, "corpus-ids": docs} for q, docs in diff])
     write_jsonl(folder / "top_ranked.jsonl", [{"query-id": "q1", "corpus-ids": ["d2", "d0", "d1"]}, {"query-id": "q2", "corpus-ids": ["d3", "d4"]}])
+    return folder
+
+
+def test_mteb2_layout_gives_the_same_eval_set(tmp_path):
+    original = load_eval_set(str(followir_original(tmp_path / "orig"))).eval_set
+    folder = mteb2_folder(tmp_path / "mteb")
     load = load_eval_set(str(folder), name="orig")
     es = load.eval_set
     assert load.quarantined == 0
@@ -76,6 +80,18 @@ def test_mteb2_layout_gives_the_same_eval_set(tmp_path):
         assert es.qrels_for(view) == original.qrels_for(view)
         assert es.queries_for(view) == original.queries_for(view)
     assert es.candidates() == original.candidates()
+
+
+def test_shipped_qrel_diff_is_checked_by_the_definition_p_mrr_uses(tmp_path):
+    # a graded label change (2 -> 1) is a changed document for p-MRR, though relevant both times
+    og = {"q1": {"d0": 2, "d1": 1, "d2": 0}, "q2": {"d3": 1, "d4": 0}}
+    changed = {"q1": {"d0": 1, "d1": 0, "d2": 0}, "q2": {"d3": 0, "d4": 0}}
+    agreeing = mteb2_folder(tmp_path / "a", og, changed, diff=(("q1", ["d0", "d1"]), ("q2", ["d3"])))
+    assert load_eval_set(str(agreeing)).eval_set.meta["qrel_diff_mismatches"] == "0"
+    relevance_only = mteb2_folder(tmp_path / "b", og, changed, diff=(("q1", ["d1"]), ("q2", ["d3"])))
+    assert load_eval_set(str(relevance_only)).eval_set.meta["qrel_diff_mismatches"] == "1"
+    wrong_query = mteb2_folder(tmp_path / "c", diff=(("q1", ["d1"]), ("q2", ["d4"])))
+    assert load_eval_set(str(wrong_query)).eval_set.meta["qrel_diff_mismatches"] == "1"
 
 
 def test_infosearch_adds_the_reversed_view(tmp_path):
