@@ -141,6 +141,7 @@ def _time_phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str,
     from tasks.training import _embed, _load, _micro_batches, _tokenize_sorted
 
     engine, encoder = _load(cfg, steps, 1)
+    engine.train()  # as the trainer does: dropout on
     batches = _micro_batches(mixture, cfg, block_width(mixture.rows, cfg.negatives, strict=True), 0, 1)
     spent = {"make_batch": 0.0, "tokenize": 0.0, "forward+loss": 0.0, "backward": 0.0, "optimizer_step": 0.0}
     for _ in range(steps):

@@ -288,6 +288,12 @@ class TrainingConfig(_Config):
         50, ge=0, description="Optimizer steps between instruction-separation measurements (also at "
         "the start and the end); 0: start and end only.",
     )
+    save_every: int = Field(
+        500, ge=0, description="Optimizer steps between resumable snapshots (weights, optimizer, "
+        "schedule, RNG) in `<out>.state`; a crashed run started again with the same output resumes "
+        "from the last one. Each costs a write of about 3x the model's size; 0 never saves (a crash "
+        "starts over). Removed once the checkpoint is published.",
+    )
 
 
 # --- evaluation ---------------------------------------------------------------------------------

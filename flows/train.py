@@ -22,7 +22,8 @@ def train(
     experiment: str = "dualview-train",
     tracking_uri: str = DEFAULTS.tracking_uri,
 ) -> dict:
-    """Writes the checkpoint to `models/<MLflow run id>`."""
+    """Writes the checkpoint to `models/<MLflow run id>`. A retry of this flow run reuses that run,
+    so training resumes from `models/<run id>.state`."""
     tracking = PipelineConfig(name=experiment, tracking_uri=tracking_uri, seeds=seeds, training=config)
     with pipeline_run(tracking, flow_run.get_name() or "train") as run:
         result = train_tracked(run, seeds, dual_views, f"{models.rstrip('/')}/{run.run_id}", config, processes)

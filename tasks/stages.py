@@ -110,11 +110,18 @@ def _stage_run(parent: RunRef, name: str, tags: dict | None = None, params: dict
 
 @task(name="open pipeline run", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def open_pipeline_run(config: PipelineConfig, run_name: str) -> RunRef:
-    from tasks.tracking import experiment_id, flatten, git_commit, open_run
+    """A new parent run, or — when this Prefect flow run is a retry — the one its first attempt opened."""
+    from prefect.runtime import flow_run
+
+    from tasks.tracking import FLOW_RUN_TAG, experiment_id, flatten, git_commit, open_run, reopen_run
 
     exp = experiment_id(config.tracking_uri, config.name, config.artifact_location)
+    flow_run_id = flow_run.get_id()
+    if flow_run_id and (run_id := reopen_run(config.tracking_uri, exp, flow_run_id)):
+        return RunRef(config.tracking_uri, exp, run_id)
     tags = {"dualview.git_commit": git_commit(), "dualview.synthesis_model": config.synthesis.model_id(),
-            "dualview.base_model": config.training.model, "dualview.mixture": config.training.mixture.name}
+            "dualview.base_model": config.training.model, "dualview.mixture": config.training.mixture.name,
+            FLOW_RUN_TAG: flow_run_id}
     run_id = open_run(config.tracking_uri, exp, run_name, tags=tags, params=flatten(config))
     return RunRef(config.tracking_uri, exp, run_id)
 

@@ -96,6 +96,23 @@ def open_run(tracking_uri: str, experiment: str, name: str, *, parent: str | Non
     return run.info.run_id
 
 
+FLOW_RUN_TAG = "dualview.prefect_flow_run_id"
+
+
+def reopen_run(tracking_uri: str, experiment: str, flow_run_id: str) -> str | None:
+    """The parent run an earlier attempt of this Prefect flow run opened, set RUNNING again; None
+    when there is none. A retried flow run so continues its MLflow run — and, since outputs are
+    named after that run, its training resumes from the state the failed attempt saved."""
+    client = mlflow_client(tracking_uri)
+    found = client.search_runs([experiment], filter_string=f"tags.`{FLOW_RUN_TAG}` = '{flow_run_id}'",
+                               order_by=["attributes.start_time ASC"], max_results=1)
+    if not found:
+        return None
+    run_id = found[0].info.run_id
+    client.update_run(run_id, status="RUNNING")
+    return run_id
+
+
 def close_run(tracking_uri: str, run_id: str, failed: bool = False) -> None:
     mlflow_client(tracking_uri).set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 

@@ -30,8 +30,9 @@ from dualview_core.contracts import DUAL_VIEW_ROW
 from dualview_core.io import read_table
 from dualview_core.mixtures import Mixture, build_mixture
 from dualview_core.negatives import block_width
+from dualview_core.resume import run_fingerprint
 from dualview_core.sources import filesystem
-from tasks.training import Callback, TrainResult, check_destination, free_port, train
+from tasks.training import Callback, TrainResult, check_destination, free_port, published_result, train
 
 
 def read_dual_views(path: str, storage_options: dict | None = None):
@@ -59,7 +60,9 @@ def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, pr
     mixture = load_mixture(cfg.mixture, seeds, dual_views, storage_options)
     if processes == 1:
         return train(cfg, mixture, out, storage_options=storage_options, callback=callback)
-    check_destination(out, storage_options)
+    published = check_destination(out, storage_options, run_fingerprint(cfg, mixture.digest, processes))
+    if published is not None:
+        return published_result(out, published)
     block_width(mixture.rows, cfg.negatives, strict=cfg.strict_negatives)  # fail before starting ranks
     result = launch(cfg, seeds, dual_views, out, processes, mixture.digest, storage_options)
     for record in result.history if callback else ():

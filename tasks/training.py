@@ -10,6 +10,10 @@ Signals go to a callback, `callback(step, {name: value})` on rank 0 — MLflow's
 the orchestration flow passes one that logs. Per optimizer step: LOSS, LR, SAMPLES_PER_S,
 TOKENS_PER_S; at step 0, every `eval_every` steps and at the end: SEPARATION on held-out pairs.
 
+Every `save_every` steps the engine's state is saved to `<out>.state` (`tasks.train_state`); a run
+started again with the same output after a crash loads it and goes on from the next micro-batch,
+to the same model an uninterrupted run makes. The state is removed once the checkpoint is published.
+
 Environment is read and set here, at the edge: RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT
 for an in-process worker while it trains (unless a launcher set them), and TORCH_EXTENSIONS_DIR
 inside the project (ops DeepSpeed compiles on first use — on CPU its shared-memory comm op — are
@@ -20,6 +24,7 @@ runs in the same process reuse it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -35,6 +40,7 @@ from dualview_core.config import TrainingConfig
 from dualview_core.ds_config import deepspeed_config
 from dualview_core.mixtures import Mixture
 from dualview_core.negatives import TextBatch, block_width, make_batch
+from dualview_core.resume import Progress, check_resumable, resume_position, run_fingerprint, state_location, tag_for
 from dualview_core.separation import pairs_of, separation
 from dualview_core.sources import filesystem
 from dualview_core.training_rows import rank_batches, total_steps
@@ -55,6 +61,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)  # {"step": n, metric: value, ...} per record
     composition: dict = field(default_factory=dict)
     digest: str = ""
+    resumed_from: int = 0  # optimizer steps loaded from a saved state (0: a fresh start)
 
 
 # --- environment ----------------------------------------------------------------------------------
@@ -143,14 +150,15 @@ def _engine(cfg: TrainingConfig, module, steps: int, world: int, device: str):
 # --- the loop -------------------------------------------------------------------------------------
 
 
-def _micro_batches(mixture: Mixture, cfg: TrainingConfig, width: int, rank: int, world: int) -> Iterator[TextBatch]:
-    """This rank's micro-batches, epoch after epoch; negatives re-drawn each epoch."""
-    epoch = 0
+def _micro_batches(mixture: Mixture, cfg: TrainingConfig, width: int, rank: int, world: int,
+                   skip: int = 0) -> Iterator[TextBatch]:
+    """This rank's micro-batches, epoch after epoch, after the first `skip`; negatives re-drawn each epoch."""
+    epoch, index = resume_position(skip, len(mixture.rows) // (cfg.batch_size * world))
     while True:
-        for idx in rank_batches(len(mixture.rows), cfg.batch_size, epoch, cfg.seed, rank, world):
+        for idx in rank_batches(len(mixture.rows), cfg.batch_size, epoch, cfg.seed, rank, world)[index:]:
             rows = [mixture.rows[i] for i in idx]
             yield make_batch(rows, width, epoch=epoch, seed=cfg.seed, template=cfg.query_template)
-        epoch += 1
+        epoch, index = epoch + 1, 0
 
 
 def _gather(x, rank: int, world: int):
@@ -204,14 +212,17 @@ def _separation(encoder, pairs, cfg: TrainingConfig) -> float:
 
 
 def _run_steps(engine, encoder, mixture: Mixture, cfg: TrainingConfig, steps: int, width: int,
-               emit: Callable[[int, dict], None]) -> None:
+               emit: Callable[[int, dict], None], *, done: int = 0, saved: Callable[[int], None] = lambda step: None) -> None:
+    """Optimizer steps done+1..steps; `saved(step)` every `save_every` steps before the last."""
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    batches, pairs = _micro_batches(mixture, cfg, width, rank, world), pairs_of(mixture.heldout)
-    if pairs:
+    batches = _micro_batches(mixture, cfg, width, rank, world, skip=done * cfg.grad_accumulation)
+    pairs = pairs_of(mixture.heldout)
+    if pairs and done == 0:
         emit(0, {SEPARATION: _separation(encoder, pairs, cfg)})
-    for step in range(1, steps + 1):
+    engine.train()  # from_pretrained returns eval mode; training runs with the model's dropout, as HF's trainers do
+    for step in range(done + 1, steps + 1):
         start, losses, tokens, lr = time.perf_counter(), 0.0, 0, engine.get_lr()[0]
         for _ in range(cfg.grad_accumulation):
             loss, n = _micro_step(engine, encoder, next(batches), cfg, rank, world)
@@ -223,6 +234,8 @@ def _run_steps(engine, encoder, mixture: Mixture, cfg: TrainingConfig, steps: in
                     SAMPLES_PER_S: samples / seconds, TOKENS_PER_S: tokens / seconds})
         if pairs and (step == steps or (cfg.eval_every and step % cfg.eval_every == 0)):
             emit(step, {SEPARATION: _separation(encoder, pairs, cfg)})
+        if cfg.save_every and step % cfg.save_every == 0 and step < steps:
+            saved(step)
 
 
 # --- checkpoint -----------------------------------------------------------------------------------
@@ -232,11 +245,25 @@ class OutputExists(FileExistsError):
     """The checkpoint destination is taken; training does not overwrite."""
 
 
-def check_destination(out: str, storage_options: dict | None = None) -> None:
-    """Fail before any training if `out` already holds something."""
+def check_destination(out: str, storage_options: dict | None = None, fingerprint: str | None = None) -> dict | None:
+    """None when `out` is free. When it holds a checkpoint this very run published (`fingerprint`
+    matches: a retry after the publish), its metadata. Anything else fails before any training."""
     fs, inner = filesystem(out, storage_options)
-    if fs.exists(inner) and (not fs.isdir(inner) or fs.ls(inner)):
-        raise OutputExists(f"{out} already exists; choose a new output folder")
+    if not fs.exists(inner) or (fs.isdir(inner) and not fs.ls(inner)):
+        return None
+    meta = f"{inner.rstrip('/')}/{METADATA}"
+    if fingerprint and fs.isfile(meta):
+        metadata = json.loads(fs.cat_file(meta))
+        if metadata.get("run_fingerprint") == fingerprint:
+            return metadata
+    raise OutputExists(f"{out} already exists; choose a new output folder")
+
+
+def published_result(out: str, metadata: dict) -> TrainResult:
+    """The result of a run whose checkpoint was already published: nothing left to train."""
+    steps = metadata["steps"]
+    return TrainResult(out, steps, metadata["world_size"], metadata["train_seconds"], [], metadata["composition"],
+                       metadata["data_digest"], resumed_from=steps)
 
 
 def _full_state_dict(engine, encoder, stage: int) -> dict | None:
@@ -290,9 +317,13 @@ def train(cfg: TrainingConfig, mixture: Mixture, out: str, *, storage_options: d
     """Train on `mixture` and publish a sentence-transformers checkpoint at `out` (folder or s3://).
 
     Runs in this process as one worker, or as one rank of a launcher's job. Bad configurations
-    (unreachable negatives, an output that exists) fail before the model is loaded.
+    (unreachable negatives, an output that exists) fail before the model is loaded. Started again
+    after a crash, it resumes from `<out>.state`; after its checkpoint was published, it returns it.
     """
-    check_destination(out, storage_options)
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # a launcher's, or a lone worker's
+    published = check_destination(out, storage_options, run_fingerprint(cfg, mixture.digest, world))
+    if published is not None:
+        return published_result(out, published)
     width = block_width(mixture.rows, cfg.negatives, strict=cfg.strict_negatives)
     with worker_environment():
         return _train(cfg, mixture, out, width, storage_options, callback)
@@ -300,26 +331,40 @@ def train(cfg: TrainingConfig, mixture: Mixture, out: str, *, storage_options: d
 
 def _train(cfg: TrainingConfig, mixture: Mixture, out: str, width: int, storage_options: dict | None,
            callback: Callback | None) -> TrainResult:
-    world = int(os.environ["WORLD_SIZE"])
+    from tasks.train_state import clear_state, load_state, read_progress, save_state
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     steps = total_steps(len(mixture.rows), batch_size=cfg.batch_size, world_size=world,
                         grad_accumulation=cfg.grad_accumulation, epochs=cfg.epochs, max_steps=cfg.max_steps)
+    location, fingerprint = state_location(out), run_fingerprint(cfg, mixture.digest, world)
+    progress = read_progress(location, storage_options)
+    if progress is not None:
+        check_resumable(progress, fingerprint, world, location)  # before the model is loaded
     engine, encoder = _load(cfg, steps, world)
+    if progress is not None:
+        load_state(engine, location, progress, storage_options)
+    done = progress.step if progress is not None else 0
     history: list[dict] = []
 
     def emit(step: int, metrics: dict) -> None:
-        if int(os.environ["RANK"]) == 0:
+        if rank == 0:
             history.append({"step": step, **metrics})
             if callback is not None:
                 callback(step, metrics)
 
+    def saved(step: int) -> None:
+        save_state(engine, location, Progress(step, tag_for(step), fingerprint, world, mixture.digest), storage_options)
+
     start = time.perf_counter()
-    _run_steps(engine, encoder, mixture, cfg, steps, width, emit)
+    _run_steps(engine, encoder, mixture, cfg, steps, width, emit, done=done, saved=saved)
     seconds = time.perf_counter() - start
     metadata = {"training_config": cfg.model_dump(mode="json"), "composition": mixture.composition,
                 "data_digest": mixture.digest, "steps": steps, "world_size": world, "negatives_width": width,
-                "train_seconds": round(seconds, 3)}
+                "train_seconds": round(seconds, 3), "resumed_from": done, "run_fingerprint": fingerprint}
     _save(engine, encoder, cfg, out, storage_options, metadata)
-    return TrainResult(out, steps, world, seconds, history, mixture.composition, mixture.digest)
+    if rank == 0:
+        clear_state(location, storage_options)
+    return TrainResult(out, steps, world, seconds, history, mixture.composition, mixture.digest, done)
 
 
 def _load(cfg: TrainingConfig, steps: int, world: int):

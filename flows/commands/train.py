@@ -3,7 +3,8 @@
 Flags map one to one onto `TrainingConfig` / `MixtureConfig` fields (their help is the field's
 description); a flag left out keeps the config default, and the config validates the result.
 Prints a JSON summary; exit 2 with one line on stderr when the request cannot be run (bad config,
-a mixture the data cannot make, strict negatives the data lacks, an output that exists).
+a mixture the data cannot make, strict negatives the data lacks, an output that exists, a saved state
+of another run). Run again with the same `--out` after a crash and it resumes from `<out>.state`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ MIXTURE_TYPES = {"size": int, "ratio": float, "total": int, "corruption": float,
 TRAINING_TYPES = {"model": str, "pooling": str, "max_length": int, "query_template": str, "negatives": int,
                   "temperature": float, "batch_size": int, "grad_accumulation": int, "learning_rate": float,
                   "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float, "zero_stage": int,
-                  "seed": int, "eval_every": int}
+                  "seed": int, "eval_every": int, "save_every": int}
 TRAINING_FLAGS = ("model", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
                   "in_batch_negatives", "temperature", "batch_size", "grad_accumulation", "learning_rate",
                   "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "epochs", "zero_stage", "seed",
-                  "eval_every")
+                  "eval_every", "save_every")
 
 
 def _help(model: type, name: str) -> str:
@@ -54,7 +55,7 @@ def summary(result, started: float) -> dict:
     separations = [r["train/instruction_separation"] for r in result.history if "train/instruction_separation" in r]
     return {
         "checkpoint": result.checkpoint, "composition": result.composition, "data_digest": result.digest,
-        "steps": result.steps, "world_size": result.world_size, "train_seconds": round(result.seconds, 2),
+        "steps": result.steps, "resumed_from": result.resumed_from, "world_size": result.world_size, "train_seconds": round(result.seconds, 2),
         "total_seconds": round(time.perf_counter() - started, 2),
         "loss": {"first": losses[0], "last": losses[-1]} if losses else None,
         "separation": {"start": separations[0], "end": separations[-1]} if separations else None,
@@ -85,6 +86,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dualview_core.mixtures import MixtureError
     from dualview_core.negatives import NegativesError
     from tasks.train_worker import run
+    from dualview_core.resume import StateMismatch
     from tasks.training import OutputExists
 
     started = time.perf_counter()
@@ -93,7 +95,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         with stdout_to_stderr():
             result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
                          storage_options=storage_options(args))
-    except (ValidationError, MixtureError, NegativesError, OutputExists) as exc:
+    except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch) as exc:
         print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE
     print_json(summary(result, started))
@@ -107,7 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", required=True, help="seed rows (any format `seeds check` reads), local or s3://")
     p.add_argument("--dual-views", help="DualViewRow Parquet file or folder. Pass it for every mixture: the "
                    "held-out split and the default N depend on it, and runs compare only when both match")
-    p.add_argument("--out", required=True, help="checkpoint folder, local or s3:// (must not exist)")
+    p.add_argument("--out", required=True, help="checkpoint folder, local or s3:// (must not exist). A run "
+                   "that crashed resumes when started again with the same --out")
     p.add_argument("--processes", type=int, default=1,
                    help="ranks: 1 runs in this process, more run under the deepspeed launcher")
     budget = p.add_mutually_exclusive_group()

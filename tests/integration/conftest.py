@@ -54,3 +54,28 @@ def s3_server(tmp_path_factory):
 def s3_options(s3_server) -> dict:
     # No region in client_kwargs: against a local server it makes s3fs's mkdir fail.
     return {"client_kwargs": {"endpoint_url": s3_server}}
+
+
+def fixture_instruction(seed: dict) -> str:
+    """A test fixture standing in for synthesis: ask for the target's topic, exclude the old positive's."""
+    return (f"Only passages like '{seed['instruction_negatives'][0]['title']}' are relevant; "
+            f"ones like '{seed['positives'][0]['title']}' are not.")
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory) -> tuple[str, str]:
+    """(seeds, dual views) for training tests: the bundled seeds and one fixture dual view per seed."""
+    import pyarrow as pa
+
+    from dualview_core import samples
+    from dualview_core.contracts import DUAL_VIEW_ROW
+    from dualview_core.dual_view import make_dual_view
+    from dualview_core.io import write_table
+    from dualview_core.loading import read_seeds
+
+    seeds = read_seeds(samples.seeds_path()).seeds.to_pylist()
+    views = [make_dual_view(s, fixture_instruction(s), prompt_version="fixture", model_id="hand-written")
+             for s in seeds if s["has_instruction"] and s["instruction_negatives"]]
+    path = str(tmp_path_factory.mktemp("views") / "dual_views.parquet")
+    write_table(path, pa.Table.from_pylist(views, schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW)
+    return samples.seeds_path(), path

@@ -7,7 +7,7 @@
 - `dualview train` makes a checkpoint for every mixture (one ZeRO stage each, 3 included), and bad
   requests fail before any model is loaded.
 
-Dual views here are hand-written test fixtures (a template over the target's title), not synthesis.
+Dual views here are hand-written test fixtures (conftest's `sample`), not synthesis.
 """
 
 from __future__ import annotations
@@ -18,16 +18,10 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
-from dualview_core import samples
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.contracts import DUAL_VIEW_ROW
-from dualview_core.dual_view import make_dual_view
 from dualview_core.encoder import Encoder
-from dualview_core.io import write_table
-from dualview_core.loading import read_seeds
 from dualview_core.separation import pairs_of
 from flows.cli import main
 from tasks.train_worker import load_mixture, run
@@ -39,22 +33,6 @@ CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "token
                     "1_Pooling/config.json", "sentence_bert_config.json", "config_sentence_transformers.json",
                     "dualview.json"}
 SMALL = {"max_length": 64, "negatives": 3, "learning_rate": 5e-5}
-
-
-def fixture_instruction(seed: dict) -> str:
-    """A test fixture standing in for synthesis: ask for the target's topic, exclude the old positive's."""
-    return (f"Only passages like '{seed['instruction_negatives'][0]['title']}' are relevant; "
-            f"ones like '{seed['positives'][0]['title']}' are not.")
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory) -> tuple[str, str]:
-    seeds = read_seeds(samples.seeds_path()).seeds.to_pylist()
-    views = [make_dual_view(s, fixture_instruction(s), prompt_version="fixture", model_id="hand-written")
-             for s in seeds if s["has_instruction"] and s["instruction_negatives"]]
-    path = str(tmp_path_factory.mktemp("views") / "dual_views.parquet")
-    write_table(path, pa.Table.from_pylist(views, schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW)
-    return samples.seeds_path(), path
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,12 @@ def test_the_prefect_train_deployment_gets_the_same_gpus_and_image():
 
 def test_the_job_is_a_run_not_standing_infrastructure():
     assert "generateName" in JOB["metadata"] and "name" not in JOB["metadata"]
-    assert JOB["spec"]["backoffLimit"] == 0
+
+
+def test_a_restarted_pod_resumes_instead_of_starting_over():
+    args, cfg = job_config()
+    assert JOB["spec"]["backoffLimit"] > 0 and cfg.save_every > 0
+    assert args.out.startswith("s3://"), "every rank, on any node, must reach <out>.state"
 
 
 # --- MLflow ------------------------------------------------------------------------------------------
