@@ -4,8 +4,9 @@
   same weights and the same last losses as a run that never stopped; the state is then removed;
 - the same run started once more after it published returns that checkpoint, untouched;
 - a state saved by a run with another config is refused before any training, and kept;
-- `dualview train` killed with SIGKILL while writing to S3 (moto) resumes from the S3 state when
-  the same command is run again.
+- `dualview train --processes 2` (the deepspeed launcher, ZeRO-2: each rank saves its own optimizer
+  shard) killed with SIGKILL while saving to S3 (moto) resumes from the S3 state when the same
+  command is run again.
 """
 
 from __future__ import annotations
@@ -92,6 +93,25 @@ def test_a_published_run_started_again_returns_its_checkpoint(sample, uninterrup
         run(CFG.model_copy(update={"learning_rate": 1e-4}), *sample, out)
 
 
+def ranks_alive(out: str, wait_s: float = 10.0) -> bool:
+    """Whether any process still has `out` on its command line (Linux /proc)."""
+    def alive() -> bool:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if out.encode() in cmdline.read_bytes().split(b"\0"):
+                    return True
+            except OSError:  # it ended while we looked
+                continue
+        return False
+
+    deadline = time.monotonic() + wait_s
+    while alive():
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def test_a_state_of_another_run_is_refused_and_kept(sample, tmp_path, capsys):
     out = str(tmp_path / "model")
     cfg = CFG.model_copy(update={"max_steps": 3})
@@ -111,7 +131,7 @@ def test_a_state_of_another_run_is_refused_and_kept(sample, tmp_path, capsys):
     assert progress.read_text() == before and not Path(out).exists()
 
 
-def test_a_killed_command_resumes_from_its_state_on_s3(sample, s3_server, s3_options):
+def test_a_killed_two_rank_command_resumes_from_its_state_on_s3(sample, s3_server, s3_options):
     import s3fs
 
     fs = s3fs.S3FileSystem(**s3_options)
@@ -119,16 +139,18 @@ def test_a_killed_command_resumes_from_its_state_on_s3(sample, s3_server, s3_opt
     out = "s3://resume-runs/model"
     cmd = [str(Path(sys.executable).parent / "dualview"), "train", "--mixture", "ins-dv", "--seeds", sample[0],
            "--dual-views", sample[1], "--out", out, "--max-steps", "40", "--save-every", "2", "--batch-size", "2",
-           "--max-length", "32", "--negatives", "2", "--endpoint-url", s3_server]
+           "--max-length", "32", "--negatives", "2", "--processes", "2", "--zero-stage", "2",
+           "--endpoint-url", s3_server]
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     progress = f"resume-runs/model.state/{PROGRESS}"
     deadline = time.monotonic() + 600
     while not fs.exists(progress) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
         fs.invalidate_cache()
-    os.killpg(first.pid, signal.SIGKILL)
+    os.killpg(first.pid, signal.SIGKILL)  # the command, the launcher and both ranks
     first.wait()
     assert first.returncode == -signal.SIGKILL, "the first run ended before it could be killed"
+    assert not ranks_alive(out), "a rank outlived the kill"
     saved = json.loads(fs.cat_file(progress))["step"]
     assert not fs.exists("resume-runs/model/dualview.json")
 
@@ -136,6 +158,6 @@ def test_a_killed_command_resumes_from_its_state_on_s3(sample, s3_server, s3_opt
 
     assert second.returncode == 0, second.stderr[-3000:]
     summary = json.loads(second.stdout)
-    assert summary["resumed_from"] == saved >= 2 and summary["steps"] == 40
+    assert summary["resumed_from"] == saved >= 2 and summary["steps"] == 40 and summary["world_size"] == 2
     fs.invalidate_cache()
     assert fs.exists("resume-runs/model/dualview.json") and not fs.exists("resume-runs/model.state")
