@@ -82,9 +82,11 @@ class RunRef:
     run_id: str
 
     def child(self, name: str, tags: dict | None = None, params: dict | None = None) -> RunRef:
-        from tasks.tracking import open_run
+        """A nested run: the one an earlier attempt of this flow run left unfinished, or a new one."""
+        from tasks.tracking import open_run, reopen_child
 
-        run_id = open_run(self.tracking_uri, self.experiment_id, name, parent=self.run_id, tags=tags, params=params)
+        run_id = (reopen_child(self.tracking_uri, self.experiment_id, self.run_id, name)
+                  or open_run(self.tracking_uri, self.experiment_id, name, parent=self.run_id, tags=tags, params=params))
         return RunRef(self.tracking_uri, self.experiment_id, run_id)
 
     def set_tags(self, tags: dict) -> None:

@@ -103,9 +103,23 @@ def reopen_run(tracking_uri: str, experiment: str, flow_run_id: str) -> str | No
     """The parent run an earlier attempt of this Prefect flow run opened, set RUNNING again; None
     when there is none. A retried flow run so continues its MLflow run — and, since outputs are
     named after that run, its training resumes from the state the failed attempt saved."""
+    return _reopen(tracking_uri, experiment, f"tags.`{FLOW_RUN_TAG}` = '{flow_run_id}'")
+
+
+def reopen_child(tracking_uri: str, experiment: str, parent: str, name: str) -> str | None:
+    """A stage run `name` under `parent` that an earlier attempt left unfinished (failed, killed or
+    still marked running), set RUNNING again: a resumed training stage logs on into the same curves.
+    A stage that finished is not reopened — running it again is a new execution with its own numbers."""
+    return _reopen(tracking_uri, experiment, f"tags.`mlflow.parentRunId` = '{parent}' AND "
+                   f"tags.`mlflow.runName` = '{name}'", keep=lambda run: run.info.status != "FINISHED")
+
+
+def _reopen(tracking_uri: str, experiment: str, filter_string: str, keep=lambda run: True) -> str | None:
+    """The newest run matching the filter that `keep` accepts, set RUNNING again (MLflow's search
+    has no OR, so the status test is done here)."""
     client = mlflow_client(tracking_uri)
-    found = client.search_runs([experiment], filter_string=f"tags.`{FLOW_RUN_TAG}` = '{flow_run_id}'",
-                               order_by=["attributes.start_time ASC"], max_results=1)
+    found = [r for r in client.search_runs([experiment], filter_string=filter_string,
+                                           order_by=["attributes.start_time DESC"], max_results=50) if keep(r)]
     if not found:
         return None
     run_id = found[0].info.run_id
