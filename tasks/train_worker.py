@@ -32,7 +32,8 @@ from dualview_core.mixtures import Mixture, build_mixture
 from dualview_core.negatives import block_width
 from dualview_core.resume import run_fingerprint
 from dualview_core.sources import filesystem
-from tasks.training import Callback, TrainResult, check_destination, free_port, published_result, train
+from tasks.train_output import check_destination
+from tasks.training import Callback, TrainResult, free_port, published_result, train
 
 
 def read_dual_views(path: str, storage_options: dict | None = None):

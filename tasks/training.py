@@ -2,9 +2,10 @@
 
 Owns the engine around the core's pieces: process environment (one worker in-process, or several
 under the `deepspeed` launcher), `deepspeed.initialize` with the config `ds_config` generated, the
-step loop (encode -> gather across ranks -> `loss.info_nce` -> backward/step), the training signals,
-and publishing the checkpoint on a local path or s3://. What to train on (`mixtures`), which
-negatives (`negatives`), the loss and the folder layout (`checkpoint`) are the core's.
+step loop (encode -> gather across ranks -> `loss.info_nce` -> backward/step) and the training
+signals. What to train on (`mixtures`), which negatives (`negatives`), the loss and the folder
+layout (`checkpoint`) are the core's; what may be written at the output and how the checkpoint is
+published there, `tasks.train_output`'s.
 
 Signals go to a callback, `callback(step, {name: value})` on rank 0 — MLflow's `log_metrics` shape;
 the orchestration flow passes one that logs. Per optimizer step: LOSS, LR, SAMPLES_PER_S,
@@ -24,26 +25,21 @@ runs in the same process reuse it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import socket
-import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dualview_core.checkpoint import METADATA, write_sentence_transformers_folder
 from dualview_core.config import TrainingConfig
 from dualview_core.ds_config import deepspeed_config
 from dualview_core.mixtures import Mixture
 from dualview_core.negatives import TextBatch, block_width, make_batch
 from dualview_core.resume import Progress, check_resumable, resume_position, run_fingerprint, state_location, tag_for
 from dualview_core.separation import pairs_of, separation
-from dualview_core.sources import filesystem
 from dualview_core.training_rows import rank_batches, total_steps
+from tasks.train_output import check_destination, save_checkpoint
 
 LOSS, LR, SAMPLES_PER_S, TOKENS_PER_S = "train/loss", "train/lr", "train/samples_per_s", "train/tokens_per_s"
 SEPARATION = "train/instruction_separation"
@@ -238,25 +234,7 @@ def _run_steps(engine, encoder, mixture: Mixture, cfg: TrainingConfig, steps: in
             saved(step)
 
 
-# --- checkpoint -----------------------------------------------------------------------------------
-
-
-class OutputExists(FileExistsError):
-    """The checkpoint destination is taken; training does not overwrite."""
-
-
-def check_destination(out: str, storage_options: dict | None = None, fingerprint: str | None = None) -> dict | None:
-    """None when `out` is free. When it holds a checkpoint this very run published (`fingerprint`
-    matches: a retry after the publish), its metadata. Anything else fails before any training."""
-    fs, inner = filesystem(out, storage_options)
-    if not fs.exists(inner) or (fs.isdir(inner) and not fs.ls(inner)):
-        return None
-    meta = f"{inner.rstrip('/')}/{METADATA}"
-    if fingerprint and fs.isfile(meta):
-        metadata = json.loads(fs.cat_file(meta))
-        if metadata.get("run_fingerprint") == fingerprint:
-            return metadata
-    raise OutputExists(f"{out} already exists; choose a new output folder")
+# --- entry points ---------------------------------------------------------------------------------
 
 
 def published_result(out: str, metadata: dict) -> TrainResult:
@@ -264,52 +242,6 @@ def published_result(out: str, metadata: dict) -> TrainResult:
     steps = metadata["steps"]
     return TrainResult(out, steps, metadata["world_size"], metadata["train_seconds"], [], metadata["composition"],
                        metadata["data_digest"], resumed_from=steps)
-
-
-def _full_state_dict(engine, encoder, stage: int) -> dict | None:
-    """fp32 weights of the encoder on CPU, on rank 0 (None elsewhere). ZeRO-3 gathers the shards,
-    which every rank must join."""
-    import torch.distributed as dist
-
-    if stage == 3:
-        state = engine._zero3_consolidated_16bit_state_dict()  # keeps the engine's dtype; keys "model.…"
-        items = {k.removeprefix("model."): v for k, v in (state or {}).items()}
-    else:
-        items = encoder.model.state_dict()
-    return {k: v.detach().float().cpu() for k, v in items.items()} if dist.get_rank() == 0 else None
-
-
-def publish(local: Path, out: str, storage_options: dict | None = None) -> None:
-    """Copy a finished local folder to `out` (any fsspec URL), the metadata file last, so a reader
-    that finds dualview.json finds a complete checkpoint."""
-    fs, inner = filesystem(out, storage_options)
-    files = sorted(p for p in local.rglob("*") if p.is_file())
-    for path in sorted(files, key=lambda p: p.name == METADATA):
-        fs.put_file(str(path), f"{inner.rstrip('/')}/{path.relative_to(local).as_posix()}")
-
-
-def _save(engine, encoder, cfg: TrainingConfig, out: str, storage_options: dict | None, metadata: dict) -> None:
-    """Write the checkpoint on rank 0: into a temporary sibling then renamed (local), or staged in a
-    temporary folder and uploaded (remote)."""
-    import torch
-    import torch.distributed as dist
-
-    state = _full_state_dict(engine, encoder, cfg.zero_stage)
-    if dist.get_rank() == 0:
-        encoder.model.config.dtype = torch.float32  # the weights are written in fp32 even after bf16 training
-        remote = "://" in out and not out.startswith("file://")
-        stage = Path(tempfile.mkdtemp()) if remote else Path(f"{out.rstrip('/')}.{uuid.uuid4().hex}.tmp")
-        write_sentence_transformers_folder(stage, encoder.model, encoder.tokenizer, pooling=encoder.pooling,
-                                           max_length=cfg.max_length, metadata=metadata, state_dict=state)
-        if remote:
-            publish(stage, out, storage_options)
-            shutil.rmtree(stage)
-        else:
-            os.replace(stage, out)  # an empty `out` folder is replaced
-    dist.barrier()
-
-
-# --- entry points ---------------------------------------------------------------------------------
 
 
 def train(cfg: TrainingConfig, mixture: Mixture, out: str, *, storage_options: dict | None = None,
@@ -361,7 +293,7 @@ def _train(cfg: TrainingConfig, mixture: Mixture, out: str, width: int, storage_
     metadata = {"training_config": cfg.model_dump(mode="json"), "composition": mixture.composition,
                 "data_digest": mixture.digest, "steps": steps, "world_size": world, "negatives_width": width,
                 "train_seconds": round(seconds, 3), "resumed_from": done, "run_fingerprint": fingerprint}
-    _save(engine, encoder, cfg, out, storage_options, metadata)
+    save_checkpoint(engine, encoder, cfg, out, storage_options, metadata)
     if rank == 0:
         clear_state(location, storage_options)
     return TrainResult(out, steps, world, seconds, history, mixture.composition, mixture.digest, done)

@@ -85,9 +85,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from dualview_core.mixtures import MixtureError
     from dualview_core.negatives import NegativesError
-    from tasks.train_worker import run
     from dualview_core.resume import StateMismatch
-    from tasks.training import OutputExists
+    from tasks.train_output import OutputExists
+    from tasks.train_worker import run
 
     started = time.perf_counter()
     try:

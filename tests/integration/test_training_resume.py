@@ -3,6 +3,7 @@
 - in process: a run that dies after step 5 (state saved at 4) is started again and ends with the
   same weights and the same last losses as a run that never stopped; the state is then removed;
 - the same run started once more after it published returns that checkpoint, untouched;
+- on S3, an upload a crash cut short is taken over by the run that resumes, and by no other;
 - a state saved by a run with another config is refused before any training, and kept;
 - `dualview train --processes 2` (the deepspeed launcher, ZeRO-2: each rank saves its own optimizer
   shard) killed with SIGKILL while saving to S3 (moto) resumes from the S3 state when the same
@@ -26,8 +27,9 @@ from safetensors.torch import load_file
 from dualview_core.config import MixtureConfig, TrainingConfig
 from dualview_core.resume import PROGRESS, StateMismatch, state_location, tag_for
 from flows.cli import main
+from tasks.train_output import OutputExists
 from tasks.train_worker import run
-from tasks.training import LOSS, OutputExists
+from tasks.training import LOSS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -91,6 +93,26 @@ def test_a_published_run_started_again_returns_its_checkpoint(sample, uninterrup
     assert again.digest == whole.digest and Path(out, "model.safetensors").stat().st_mtime_ns == written
     with pytest.raises(OutputExists, match="already exists"):  # another run never takes it over
         run(CFG.model_copy(update={"learning_rate": 1e-4}), *sample, out)
+
+
+def test_an_upload_cut_short_is_taken_over_by_the_run_that_resumes(sample, s3_options):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3_options)
+    fs.mkdir("cut-short")
+    out, cfg = "s3://cut-short/model", CFG.model_copy(update={"max_steps": 4})
+    with pytest.raises(Crash):
+        run(cfg, *sample, out, storage_options=s3_options, callback=crash_after(3))
+    fs.pipe_file("cut-short/model/model.safetensors", b"half an upload")  # no dualview.json: unfinished
+    with pytest.raises(OutputExists, match="holds no dualview.json"):  # not this run's: refused
+        run(cfg.model_copy(update={"learning_rate": 1e-4}), *sample, out, storage_options=s3_options)
+
+    resumed = run(cfg, *sample, out, storage_options=s3_options)
+
+    assert resumed.resumed_from == 2 and sorted(losses(resumed.history)) == [3, 4]
+    fs.invalidate_cache()
+    assert fs.exists("cut-short/model/dualview.json") and fs.size("cut-short/model/model.safetensors") > 1000
+    assert not fs.exists("cut-short/model.state")
 
 
 def ranks_alive(out: str, wait_s: float = 10.0) -> bool:
