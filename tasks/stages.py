@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from dualview_core.config import (EvaluationConfig, PipelineConfig, SeedSource, SweepConfig, SynthesisConfig,
-                                  TrainingConfig)
+from dualview_core.config import (
+    EvaluationConfig,
+    PipelineConfig,
+    SeedSource,
+    SweepConfig,
+    SynthesisConfig,
+    TrainingConfig,
+)
 from dualview_core.keys import digest
 
 SEEDS_CHANGED_EVENT = "dualview.seeds.changed"
-PROGRESS_EVERY = 10  # training steps between progress lines
 
 
 def synthesis_slot(out: str) -> str:
@@ -181,6 +186,7 @@ def train_tracked(parent: RunRef, seeds: SeedSource, dual_views: str, out: str, 
                   processes: int = 1, out_options: dict | None = None) -> dict:
     from tasks.tracking import flatten, log_dict, log_metrics
     from tasks.train_worker import run as train_run
+    from tasks.training import progress_line
 
     with _stage_run(parent, "train", params=flatten(config, "training")) as run:
         # one set of fsspec options serves the seeds, the dual views and the output (one store)
@@ -188,8 +194,8 @@ def train_tracked(parent: RunRef, seeds: SeedSource, dual_views: str, out: str, 
 
         def signals(step: int, metrics: dict) -> None:
             log_metrics(run.tracking_uri, run.run_id, metrics, step)
-            if step % PROGRESS_EVERY == 0 or "train/instruction_separation" in metrics:
-                logger.info("train: step %d %s", step, ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in metrics.items()))
+            if line := progress_line(step, metrics):
+                logger.info(line)
 
         result = train_run(config, seeds.path, dual_views, out, processes=processes,
                            storage_options=dict(out_options if out_options is not None else seeds.storage_options),

@@ -11,7 +11,8 @@ to train if its digest differs. On a CPU machine `--num_gpus N` still starts N p
 launcher only trims its slot list to N and never checks that GPUs exist (DeepSpeed 0.19), while
 `--include localhost:0,1` fails because the CPU "accelerator" reports one device per NUMA node.
 Ranks then talk over gloo, each with cpu_count / N threads. The launcher's ranks cannot call a
-callback in this process, so with N > 1 the callback is replayed from the history once they end.
+callback in this process: rank 0 appends each signal to a file as a JSON line and the parent hands
+them to the callback as they come (`follow`), so MLflow shows a multi-GPU run's curves live.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from dualview_core.config import MixtureConfig, TrainingConfig
@@ -65,10 +67,7 @@ def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, pr
     if published is not None:
         return published_result(out, published)
     block_width(mixture.rows, cfg.negatives, strict=cfg.strict_negatives)  # fail before starting ranks
-    result = launch(cfg, seeds, dual_views, out, processes, mixture.digest, storage_options)
-    for record in result.history if callback else ():
-        callback(record["step"], {k: v for k, v in record.items() if k != "step"})
-    return result
+    return launch(cfg, seeds, dual_views, out, processes, mixture.digest, storage_options, callback)
 
 
 def _worker_env(processes: int) -> dict:
@@ -81,21 +80,59 @@ def _worker_env(processes: int) -> dict:
 
 
 def launch(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, processes: int, digest: str,
-           storage_options: dict | None = None) -> TrainResult:
-    """Run `processes` ranks under the `deepspeed` launcher; return rank 0's result."""
+           storage_options: dict | None = None, callback: Callback | None = None) -> TrainResult:
+    """Run `processes` ranks under the `deepspeed` launcher; return rank 0's result. Rank 0 writes
+    each signal as a JSON line; they reach `callback` while the ranks train, not after."""
     with tempfile.TemporaryDirectory() as tmp:
         config, options, result = Path(tmp, "config.json"), Path(tmp, "storage.json"), Path(tmp, "result.json")
+        signals, log = Path(tmp, "signals.jsonl"), Path(tmp, "launcher.log")
         config.write_text(cfg.model_dump_json())
         options.write_text(json.dumps(storage_options or {}))
+        signals.touch()
         cmd = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", str(processes), "--master_port",
                str(free_port()), "--no_local_rank", "--module", "tasks.train_worker", "--config", str(config),
                "--seeds", seeds, "--out", out, "--storage-options", str(options), "--result", str(result),
-               "--digest", digest, *(["--dual-views", dual_views] if dual_views else [])]
-        proc = subprocess.run(cmd, env=_worker_env(processes), capture_output=True, text=True, check=False)
+               "--signals", str(signals), "--digest", digest, *(["--dual-views", dual_views] if dual_views else [])]
+        with open(log, "wb") as sink:
+            proc = subprocess.Popen(cmd, env=_worker_env(processes), stdout=sink, stderr=subprocess.STDOUT)
+            try:
+                follow(signals, proc, callback or (lambda step, metrics: None))
+            finally:
+                if proc.poll() is None:  # the caller was interrupted: do not leave ranks behind
+                    proc.terminate()
+                    proc.wait()
         if proc.returncode != 0 or not result.is_file():
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
             raise RuntimeError(f"deepspeed launcher exited with {proc.returncode}:\n{tail}")
         return TrainResult(**json.loads(result.read_text()))
+
+
+def follow(signals: Path, proc: subprocess.Popen, callback: Callback, poll_s: float = 0.2) -> None:
+    """Hand each complete JSON line of `signals` to `callback` as it is written, until `proc` ends."""
+    with open(signals, encoding="utf-8") as stream:
+        pending = ""
+        while True:
+            ended = proc.poll() is not None  # read after checking, so the last lines are not missed
+            pending += stream.read()
+            *lines, pending = pending.split("\n")
+            for line in filter(None, lines):
+                record = json.loads(line)
+                callback(record.pop("step"), record)
+            if ended:
+                return
+            time.sleep(poll_s)
+
+
+def _signal_writer(path: str | None) -> Callback | None:
+    """Rank 0's callback: one JSON line per signal, flushed, for the parent to follow."""
+    if not path:
+        return None
+
+    def write(step: int, metrics: dict) -> None:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+
+    return write
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,13 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--config", "--seeds", "--out", "--storage-options", "--result", "--digest"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--dual-views")
+    parser.add_argument("--signals", help="a file rank 0 appends each signal to, as a JSON line")
     args = parser.parse_args(argv)
     cfg = TrainingConfig.model_validate_json(Path(args.config).read_text())
     options = json.loads(Path(args.storage_options).read_text()) or None
     mixture = load_mixture(cfg.mixture, args.seeds, args.dual_views, options)
     if mixture.digest != args.digest:
         raise RuntimeError(f"rank {os.environ['RANK']} built mixture {mixture.digest}, the parent {args.digest}")
-    result = train(cfg, mixture, args.out, storage_options=options)
+    result = train(cfg, mixture, args.out, storage_options=options, callback=_signal_writer(args.signals))
     if os.environ["RANK"] == "0":
         Path(args.result).write_text(json.dumps(dataclasses.asdict(result)))
     return 0

@@ -80,6 +80,13 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def print_progress(step: int, metrics: dict) -> None:
+    from tasks.training import progress_line
+
+    if line := progress_line(step, metrics):
+        print(line, file=sys.stderr, flush=True)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -94,7 +101,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         with stdout_to_stderr():
             result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
-                         storage_options=storage_options(args))
+                         storage_options=storage_options(args), callback=print_progress)
     except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch) as exc:
         print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -18,6 +18,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def running_with(arg: str) -> bool:
+    """Whether any process has `arg` as one of its command-line arguments (Linux /proc)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if arg.encode() in cmdline.read_bytes().split(b"\0"):
+                return True
+        except OSError:  # it ended while we looked
+            continue
+    return False
+
+
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

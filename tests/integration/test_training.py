@@ -26,6 +26,7 @@ from dualview_core.separation import pairs_of
 from flows.cli import main
 from tasks.train_worker import load_mixture, run
 from tasks.training import LOSS, LR, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
+from tests.integration.conftest import running_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -105,8 +106,12 @@ def test_two_ranks_under_the_deepspeed_launcher_save_to_s3(sample, s3_options, t
     fs = s3fs.S3FileSystem(**s3_options)
     fs.mkdir("training-runs")
     cfg = TrainingConfig(mixture=MixtureConfig(name="ins-dv"), batch_size=2, max_steps=3, zero_stage=2, **SMALL)
-    result = run(cfg, *sample, "s3://training-runs/two-ranks", processes=2, storage_options=s3_options)
+    live: list[tuple[int, bool]] = []  # (step, were the ranks still running when it arrived)
+    out = "s3://training-runs/two-ranks"
+    result = run(cfg, *sample, out, processes=2, storage_options=s3_options,
+                 callback=lambda step, metrics: live.append((step, running_with(out))) if LOSS in metrics else None)
     assert result.world_size == 2 and result.steps == 3
+    assert [step for step, _ in live] == [1, 2, 3] and live[0][1], "signals arrive while the ranks train"
     assert [s for s, _ in series([(r["step"], r) for r in result.history], LOSS)] == [1, 2, 3]
     stored = {p.removeprefix("training-runs/two-ranks/") for p in fs.find("training-runs/two-ranks")}
     assert CHECKPOINT_FILES <= stored
@@ -154,6 +159,7 @@ def test_console_script_stdout_is_only_the_json_summary(sample, tmp_path):
                           "--negatives", "1"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["composition"]["rows"] == 58  # DeepSpeed's own chatter went to stderr
     assert "DeepSpeed" in out.stderr
+    assert "train: step 0 instruction_separation" in out.stderr and "train: step 1 instruction_separation" in out.stderr
 
 
 def test_bad_requests_fail_before_training_with_one_line(sample, tmp_path, capsys):

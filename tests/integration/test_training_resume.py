@@ -30,6 +30,7 @@ from flows.cli import main
 from tasks.train_output import OutputExists
 from tasks.train_worker import run
 from tasks.training import LOSS
+from tests.integration.conftest import running_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -116,18 +117,8 @@ def test_an_upload_cut_short_is_taken_over_by_the_run_that_resumes(sample, s3_op
 
 
 def ranks_alive(out: str, wait_s: float = 10.0) -> bool:
-    """Whether any process still has `out` on its command line (Linux /proc)."""
-    def alive() -> bool:
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if out.encode() in cmdline.read_bytes().split(b"\0"):
-                    return True
-            except OSError:  # it ended while we looked
-                continue
-        return False
-
     deadline = time.monotonic() + wait_s
-    while alive():
+    while running_with(out):
         if time.monotonic() > deadline:
             return True
         time.sleep(0.5)

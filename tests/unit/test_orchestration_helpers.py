@@ -51,3 +51,12 @@ def test_sweep_figure_has_one_panel_per_headline_metric():
 
 def test_each_output_folder_has_its_own_concurrency_slot():
     assert synthesis_slot("/a/out") == synthesis_slot("/a/out") != synthesis_slot("s3://b/out")
+
+
+def test_progress_lines_come_every_tenth_step_and_with_each_separation():
+    from tasks.training import LOSS, SEPARATION, progress_line
+
+    lines = {step: progress_line(step, {LOSS: 1.0 / step}) for step in range(1, 31)}
+    assert [step for step, line in lines.items() if line] == [10, 20, 30]
+    assert lines[20] == "train: step 20 loss 0.05"
+    assert progress_line(7, {SEPARATION: 0.31234}) == "train: step 7 instruction_separation 0.3123"
