@@ -41,6 +41,15 @@ class RawRow:
     problem: tuple[Reason, str] | None = None
 
 
+def is_remote(path: str) -> bool:
+    """Whether `path` names an object store or other non-local filesystem (s3://, gs://, …).
+
+        >>> is_remote("s3://bucket/x"), is_remote("/tmp/x"), is_remote("file:///tmp/x")
+        (True, False, False)
+    """
+    return "://" in path and not path.startswith("file://")
+
+
 def filesystem(path: str, storage_options: dict | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
     """The fsspec filesystem for `path` and the path within it."""
     try:

@@ -225,7 +225,9 @@ def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: SeedSourc
 
 def _local_model(model: str, options: dict) -> str:
     """A checkpoint on s3:// is copied to a local temporary folder (transformers loads from disk)."""
-    if "://" not in model or model.startswith("file://"):
+    from dualview_core.sources import is_remote
+
+    if not is_remote(model):
         return model
     import tempfile
 

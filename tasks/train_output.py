@@ -21,7 +21,7 @@ from pathlib import Path
 from dualview_core.checkpoint import METADATA, write_sentence_transformers_folder
 from dualview_core.config import TrainingConfig
 from dualview_core.resume import state_location
-from dualview_core.sources import filesystem
+from dualview_core.sources import filesystem, is_remote
 
 
 class OutputExists(FileExistsError):
@@ -37,7 +37,7 @@ def check_destination(out: str, storage_options: dict | None = None, fingerprint
         return None
     meta = f"{inner.rstrip('/')}/{METADATA}"
     if not fs.isfile(meta):
-        if _remote(out) and fingerprint and _own_state(out, storage_options, fingerprint):
+        if is_remote(out) and fingerprint and _own_state(out, storage_options, fingerprint):
             return None  # this run's upload, cut short by a crash: the resumed run uploads it again
         raise OutputExists(f"{out} already exists and holds no {METADATA} (not a finished checkpoint); "
                            "remove it or choose a new output folder")
@@ -45,10 +45,6 @@ def check_destination(out: str, storage_options: dict | None = None, fingerprint
     if fingerprint and metadata.get("run_fingerprint") == fingerprint:
         return metadata
     raise OutputExists(f"{out} already exists; choose a new output folder")
-
-
-def _remote(out: str) -> bool:
-    return "://" in out and not out.startswith("file://")
 
 
 def _own_state(out: str, storage_options: dict | None, fingerprint: str) -> bool:
@@ -89,7 +85,7 @@ def save_checkpoint(engine, encoder, cfg: TrainingConfig, out: str, storage_opti
     state = full_state_dict(engine, encoder, cfg.zero_stage)
     if dist.get_rank() == 0:
         encoder.model.config.dtype = torch.float32  # the weights are written in fp32 even after bf16 training
-        remote = _remote(out)
+        remote = is_remote(out)
         stage = Path(tempfile.mkdtemp()) if remote else Path(f"{out.rstrip('/')}.{uuid.uuid4().hex}.tmp")
         write_sentence_transformers_folder(stage, encoder.model, encoder.tokenizer, pooling=encoder.pooling,
                                            max_length=cfg.max_length, metadata=metadata, state_dict=state)

@@ -18,13 +18,9 @@ import tempfile
 from pathlib import Path
 
 from dualview_core.resume import PROGRESS, Progress
-from dualview_core.sources import filesystem
+from dualview_core.sources import filesystem, is_remote
 
 RNG = "rng-rank{rank}.pt"
-
-
-def _remote(location: str) -> bool:
-    return "://" in location and not location.startswith("file://")
 
 
 def read_progress(location: str, storage_options: dict | None = None) -> Progress | None:
@@ -57,18 +53,18 @@ def save_state(engine, location: str, progress: Progress, storage_options: dict 
     import torch.distributed as dist
 
     rank = dist.get_rank()
-    local = Path(tempfile.mkdtemp(prefix="dualview-state-")) if _remote(location) else Path(location)
+    local = Path(tempfile.mkdtemp(prefix="dualview-state-")) if is_remote(location) else Path(location)
     (local / progress.tag).mkdir(parents=True, exist_ok=True)
     engine.save_checkpoint(str(local), tag=progress.tag, save_latest=False)
     torch.save(_rng_state(), local / progress.tag / RNG.format(rank=rank))
     fs, inner = filesystem(location, storage_options)
-    if _remote(location):
+    if is_remote(location):
         for path in sorted(p for p in (local / progress.tag).rglob("*") if p.is_file()):
             fs.put_file(str(path), f"{inner.rstrip('/')}/{path.relative_to(local).as_posix()}")
         shutil.rmtree(local)
     dist.barrier()  # every rank's part is written before the commit names it
     if rank == 0:
-        _commit(fs, inner.rstrip("/"), progress, remote=_remote(location))
+        _commit(fs, inner.rstrip("/"), progress, remote=is_remote(location))
     dist.barrier()
 
 
@@ -93,16 +89,16 @@ def load_state(engine, location: str, progress: Progress, storage_options: dict 
 
     rank = dist.get_rank()
     fs, inner = filesystem(location, storage_options)
-    local = Path(tempfile.mkdtemp(prefix="dualview-state-")) if _remote(location) else Path(location)
+    local = Path(tempfile.mkdtemp(prefix="dualview-state-")) if is_remote(location) else Path(location)
     try:
-        if _remote(location):
+        if is_remote(location):
             fs.get(f"{inner.rstrip('/')}/{progress.tag}/", str(local / progress.tag), recursive=True)
         path, _ = engine.load_checkpoint(str(local), tag=progress.tag)
         if path is None:
             raise RuntimeError(f"{location}/{progress.tag}: the engine state named by {PROGRESS} is incomplete")
         _restore_rng(torch.load(local / progress.tag / RNG.format(rank=rank), weights_only=False))
     finally:
-        if _remote(location):
+        if is_remote(location):
             shutil.rmtree(local, ignore_errors=True)
     dist.barrier()
 
