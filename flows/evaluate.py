@@ -6,7 +6,9 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config import EvaluationConfig, PipelineConfig, SeedSource
-from tasks.stages import evaluate_tracked, pipeline_run
+from tasks.lineage import evaluate_lineage
+from tasks.runs import flow_run_tracked
+from tasks.stages import evaluate_tracked
 from tasks.summary import comparison_table
 
 DEFAULTS = PipelineConfig()
@@ -21,8 +23,9 @@ def evaluate(
     experiment: str = "dualview-evaluate",
     tracking_uri: str = DEFAULTS.tracking_uri,
 ) -> dict:
-    tracking = PipelineConfig(name=experiment, tracking_uri=tracking_uri, eval_set=eval_set, evaluation=config)
-    with pipeline_run(tracking, flow_run.get_name() or "evaluate") as run:
+    tags, params = evaluate_lineage(model, eval_set, config)
+    with flow_run_tracked(experiment, tracking_uri, DEFAULTS.artifact_location, flow_run.get_name() or "evaluate",
+                          tags, params) as run:
         report = evaluate_tracked(run, "model", model, eval_set, config, f"{out.rstrip('/')}/{run.run_id}")
     print("\n" + comparison_table({model: report}))
     return report.as_dict(with_per_query=False)

@@ -1,7 +1,9 @@
 """Flow: synthesize → mixture → train → evaluate the trained and the base model, as one MLflow run.
 
-The parent run carries the flattened config and the lineage tags; each stage logs into its own
-nested run. Ends with a table of p-MRR and Score (with 95% intervals) for both models.
+The parent run carries the flattened config, the lineage tags, the inputs as datasets and the
+headline numbers (both models' p-MRR and Score, their paired difference, synthesis acceptance and
+cost, final loss), so pipeline runs compare row by row; each stage logs into its own nested run.
+Ends with a table of p-MRR and Score (with 95% intervals) for both models and their difference.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config import PipelineConfig
-from tasks.stages import evaluate_tracked, pipeline_run, synthesize_tracked, train_tracked
+from tasks.stages import evaluate_tracked, log_headline, pipeline_run, synthesize_tracked, train_tracked
 from tasks.summary import comparison_table
 
 
@@ -24,7 +26,9 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         reports = {label: evaluate_tracked(run, label, model, config.eval_set, config.evaluation,
                                            f"{work}/eval/{run.run_id}/{label}", options)
                    for label, model in (("base", config.training.model), ("trained", trained["checkpoint"]))}
-    table = comparison_table(reports)
+        headline = log_headline(run, config, synthesis, trained, reports)
+    table = comparison_table(reports, headline)
     print("\n" + table)
     return {"mlflow_run_id": run.run_id, "synthesis": synthesis, "checkpoint": trained["checkpoint"],
-            "metrics": {label: r.as_dict(with_per_query=False)["metrics"] for label, r in reports.items()}, "table": table}
+            "metrics": {label: r.as_dict(with_per_query=False)["metrics"] for label, r in reports.items()},
+            "headline": headline, "table": table}

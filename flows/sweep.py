@@ -10,6 +10,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config import SweepConfig
+from tasks.lineage import sweep_lineage
 from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, sweep_points, synthesize_tracked, train_point
 
 
@@ -17,7 +18,7 @@ from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, sweep
 def sweep(config: SweepConfig = SweepConfig()) -> dict:
     p = config.pipeline
     work = p.workdir.rstrip("/")
-    with pipeline_run(p, flow_run.get_name() or "sweep") as run:
+    with pipeline_run(p, flow_run.get_name() or "sweep", sweep_lineage(config)) as run:
         synthesize_tracked(run, p.seeds, f"{work}/synthesis", p.synthesis, p.output_options())
         base = evaluate_tracked(run, "base", p.training.model, p.eval_set, p.evaluation, f"{work}/eval/{run.run_id}/base",
                                 p.output_options())

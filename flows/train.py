@@ -7,7 +7,9 @@ from prefect.runtime import flow_run
 
 from dualview_core.config import PipelineConfig, SeedSource, TrainingConfig
 from flows.synthesize import DEFAULT_OUT
-from tasks.stages import pipeline_run, train_tracked
+from tasks.lineage import train_lineage
+from tasks.runs import flow_run_tracked
+from tasks.stages import train_tracked
 
 DEFAULTS = PipelineConfig()
 
@@ -24,7 +26,8 @@ def train(
 ) -> dict:
     """Writes the checkpoint to `models/<MLflow run id>`. A retry of this flow run reuses that run,
     so training resumes from `models/<run id>.state`."""
-    tracking = PipelineConfig(name=experiment, tracking_uri=tracking_uri, seeds=seeds, training=config)
-    with pipeline_run(tracking, flow_run.get_name() or "train") as run:
+    tags, params = train_lineage(config, seeds, dual_views, dict(seeds.storage_options))
+    with flow_run_tracked(experiment, tracking_uri, DEFAULTS.artifact_location, flow_run.get_name() or "train",
+                          tags, params) as run:
         result = train_tracked(run, seeds, dual_views, f"{models.rstrip('/')}/{run.run_id}", config, processes)
     return {k: v for k, v in result.items() if k != "history"}

@@ -39,6 +39,17 @@ def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:
     return messages + [{"role": "assistant", "content": sampling.prefill}] if sampling.prefill else messages
 
 
+def start_wait(cfg: SynthesisConfig) -> tuple[str, str]:
+    """What the first answers wait for, and a hint of how long, said before the wait: an engine
+    loading its weights is silent for minutes."""
+    if cfg.engine == "vllm":
+        v = cfg.vllm
+        where = ("on CPU; usually 1-2 min" if v.cpu else
+                 f"{v.replicas} replica(s) x {v.tensor_parallel_size} GPU(s); large models take several minutes")
+        return "starting the vLLM engine", f"{v.model}, {where}"
+    return "starting the Ray Data client stage", f"{cfg.openai.base_url}, model {cfg.openai.model}"
+
+
 class VLLMEngine:
     def __init__(self, cfg: SynthesisConfig, model_path: str):
         self.cfg, self.model_path = cfg, model_path

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 
 from dualview_core.config import EvaluationConfig
@@ -53,15 +53,53 @@ def write_outputs(report: EvalReport, out_dir: str, extra: Mapping[str, object] 
     return files
 
 
+class MeteredEncoder:
+    """An encoder whose `encode` reports progress (texts/s, ETA) on calls of at least `min_texts`.
+
+    Texts are sorted by length once for the whole call and encoded in blocks of `block`, so the
+    padding stays as small as the inner encoder's own length sort makes it; results come back in
+    the caller's order.
+    """
+
+    def __init__(self, encoder, progress: Callable[[str], None], label: str = "evaluate", block: int = 1024,
+                 min_texts: int = 256):
+        self.encoder, self.progress, self.label, self.block, self.min_texts = encoder, progress, label, block, min_texts
+
+    def encode(self, texts: list[str], batch_size: int = 64):
+        import numpy as np
+
+        if len(texts) < self.min_texts:
+            return self.encoder.encode(texts, batch_size=batch_size)
+        from tasks.progress import Meter
+
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        meter = Meter(f"{self.label}: encoding", len(texts), "texts", self.progress, every_s=10.0)
+        parts = []
+        for start in range(0, len(order), self.block):
+            parts.append(self.encoder.encode([texts[i] for i in order[start : start + self.block]], batch_size=batch_size))
+            meter.advance(len(parts[-1]))
+        encoded = np.concatenate(parts)  # (len(texts), dim), in length order
+        out = np.empty_like(encoded)
+        out[order] = encoded
+        return out
+
+
 def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None = None, out_dir: str | None = None,
-                  benchmark: str | None = None, storage_options: dict | None = None, log: bool = False) -> EvalReport:
-    """The whole evaluation of one model on one eval set, as a pipeline stage calls it."""
+                  benchmark: str | None = None, storage_options: dict | None = None, log: bool = False,
+                  progress: Callable[[str], None] | None = None, label: str = "evaluate") -> EvalReport:
+    """The whole evaluation of one model on one eval set, as a pipeline stage calls it. With
+    `progress`, long encodings report texts/s and an ETA there."""
     from dualview_core.encoder import Encoder
     from dualview_core.evalsets import load_eval_set
 
     cfg = cfg or EvaluationConfig()
     load = load_eval_set(eval_set_path, storage_options=storage_options)
-    report = evaluate_model(Encoder(model, max_length=cfg.max_length), load.eval_set, cfg, benchmark)
+    encoder = Encoder(model, max_length=cfg.max_length)
+    if progress is not None:
+        progress(f"{label}: {model} on {load.eval_set.name} ({load.eval_set.corpus.num_rows} docs, "
+                 f"{load.eval_set.queries.num_rows} query rows)")
+        encoder = MeteredEncoder(encoder, progress, label)
+    report = evaluate_model(encoder, load.eval_set, cfg, benchmark)
     report.details.update(source=eval_set_path, quarantined=load.quarantined)
     if out_dir:
         write_outputs(report, out_dir, {"model": model, "config": cfg.model_dump()}, storage_options)
@@ -132,13 +170,9 @@ def per_query_table(report: EvalReport) -> dict[str, list]:
 
 
 def _dataset(report: EvalReport):
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-    from mlflow.data.meta_dataset import MetaDataset
+    from tasks.tracking import dataset
 
-    with warnings.catch_warnings():  # a local path "can be interpreted in multiple ways": harmless
-        warnings.simplefilter("ignore", UserWarning)
-        source = resolve_dataset_source(str(report.details.get("source", report.subset)))
-    return MetaDataset(source, name=f"{report.benchmark}/{report.subset}", digest=report.digest)
+    return dataset(str(report.details.get("source", report.subset)), f"{report.benchmark}/{report.subset}", report.digest)
 
 
 def ci_figure(reports: Sequence[EvalReport]):

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 PACKAGED_LLMS = {
@@ -21,8 +22,9 @@ PACKAGED_LLMS = {
 }
 
 
-def resolve_llm(model: str, cache_dir: str | os.PathLike) -> str:
-    """A servable folder for a packaged alias; any other name (hub id, folder) unchanged."""
+def resolve_llm(model: str, cache_dir: str | os.PathLike, progress: Callable[[str], None] = lambda line: None) -> str:
+    """A servable folder for a packaged alias; any other name (hub id, folder) unchanged. The first
+    call converts the packaged GGUF (a few seconds; said on `progress`), later calls reuse it."""
     if model not in PACKAGED_LLMS:
         return model
     package, gguf, folder = PACKAGED_LLMS[model]
@@ -33,6 +35,7 @@ def resolve_llm(model: str, cache_dir: str | os.PathLike) -> str:
     with open(target.parent / f".{folder}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one converter at a time; the others wait, then reuse
         if not (target / "config.json").is_file():
+            progress(f"synthesis: converting the packaged {model} once into {target} (~40 s)")
             _convert(_package_dir(package), gguf, target)
     return str(target)
 

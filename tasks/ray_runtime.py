@@ -23,3 +23,8 @@ def ensure_ray(address: str | None = None) -> None:
     # The memory-issue detector suggests per-actor `memory=` on every small run; it is advice, not a fault.
     ctx.issue_detectors_config.detectors = []
     logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # one-time notices about choices made above, not faults: "progress bars disabled" (our lines
+    # carry rows/s and an ETA into the Prefect log, which bars cannot), and vLLM's CPU build saying
+    # its bundled Triton has no CPU backend
+    for notice in ("ray.data._internal.progress", "vllm.triton_utils.importing"):
+        logging.getLogger(notice).setLevel(logging.ERROR)

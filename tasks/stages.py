@@ -9,7 +9,7 @@ the same output (a schedule and a manual trigger, say) queue instead of interlea
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -23,6 +23,8 @@ from dualview_core.config import (
     TrainingConfig,
 )
 from dualview_core.keys import digest
+from tasks.lineage import pipeline_lineage
+from tasks.runs import RunRef, flow_run_tracked, stage_run
 
 SEEDS_CHANGED_EVENT = "dualview.seeds.changed"
 
@@ -75,81 +77,16 @@ def last_fingerprint(out: str, storage_options: dict) -> str | None:
     return RecordStore(out, storage_options).manifest().get("summary", {}).get("source_fingerprint")
 
 
-# --- pipeline stages: each opens its own nested MLflow run under the pipeline's parent run ---------
-
-
-@dataclass(frozen=True)
-class RunRef:
-    """An MLflow run, by id, in a tracking store: what a stage needs to log from anywhere."""
-
-    tracking_uri: str
-    experiment_id: str
-    run_id: str
-
-    def child(self, name: str, tags: dict | None = None, params: dict | None = None) -> RunRef:
-        """A nested run: the one an earlier attempt of this flow run left unfinished, or a new one."""
-        from tasks.tracking import open_run, reopen_child
-
-        run_id = (reopen_child(self.tracking_uri, self.experiment_id, self.run_id, name)
-                  or open_run(self.tracking_uri, self.experiment_id, name, parent=self.run_id, tags=tags, params=params))
-        return RunRef(self.tracking_uri, self.experiment_id, run_id)
-
-    def set_tags(self, tags: dict) -> None:
-        from tasks.tracking import mlflow_client
-
-        for key, value in tags.items():
-            if value is not None:
-                mlflow_client(self.tracking_uri).set_tag(self.run_id, key, str(value))
+# --- pipeline stages: each opens its own nested MLflow run under the flow's parent run ------------
 
 
 @contextlib.contextmanager
-def _stage_run(parent: RunRef, name: str, tags: dict | None = None, params: dict | None = None):
-    from tasks.tracking import close_run
-
-    run = parent.child(name, tags, params)
-    try:
+def pipeline_run(config: PipelineConfig, name: str, lineage=None) -> Iterator[RunRef]:
+    """The parent MLflow run of a pipeline-shaped flow, tagged with `lineage` (tags, params);
+    by default the pipeline's own."""
+    tags, params = lineage or pipeline_lineage(config)
+    with flow_run_tracked(config.name, config.tracking_uri, config.artifact_location, name, tags, params) as run:
         yield run
-    except BaseException:
-        close_run(run.tracking_uri, run.run_id, failed=True)
-        raise
-    close_run(run.tracking_uri, run.run_id)
-
-
-@task(name="open pipeline run", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def open_pipeline_run(config: PipelineConfig, run_name: str) -> RunRef:
-    """A new parent run, or — when this Prefect flow run is a retry — the one its first attempt opened."""
-    from prefect.runtime import flow_run
-
-    from tasks.tracking import FLOW_RUN_TAG, experiment_id, flatten, git_commit, open_run, reopen_run
-
-    exp = experiment_id(config.tracking_uri, config.name, config.artifact_location)
-    flow_run_id = flow_run.get_id()
-    if flow_run_id and (run_id := reopen_run(config.tracking_uri, exp, flow_run_id)):
-        return RunRef(config.tracking_uri, exp, run_id)
-    tags = {"dualview.git_commit": git_commit(), "dualview.synthesis_model": config.synthesis.model_id(),
-            "dualview.base_model": config.training.model, "dualview.mixture": config.training.mixture.name,
-            FLOW_RUN_TAG: flow_run_id}
-    run_id = open_run(config.tracking_uri, exp, run_name, tags=tags, params=flatten(config))
-    return RunRef(config.tracking_uri, exp, run_id)
-
-
-@task(name="close pipeline run", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
-def close_pipeline_run(run: RunRef, failed: bool = False) -> None:
-    from tasks.tracking import close_run
-
-    close_run(run.tracking_uri, run.run_id, failed=failed)
-
-
-@contextlib.contextmanager
-def pipeline_run(config: PipelineConfig, name: str):
-    """The parent MLflow run of a flow: opened, yielded, closed FINISHED or FAILED."""
-    run = open_pipeline_run(config, name)
-    try:
-        yield run
-    except BaseException:
-        close_pipeline_run(run, failed=True)
-        raise
-    close_pipeline_run(run)
 
 
 @task(name="synthesize (tracked)", cache_policy=NO_CACHE)
@@ -157,7 +94,7 @@ def synthesize_tracked(parent: RunRef, seeds: SeedSource, out: str, config: Synt
                        out_options: dict | None = None) -> dict:
     from tasks.tracking import log_dict, log_metrics, synthesis_metrics
 
-    with _stage_run(parent, "synthesize") as run:
+    with stage_run(parent, "synthesize") as run:
         summary = synthesize_seeds.fn(seeds, out, config, out_options)
         log_metrics(run.tracking_uri, run.run_id, synthesis_metrics(summary))
         log_dict(run.tracking_uri, run.run_id, summary, "synthesis/summary.json")
@@ -186,15 +123,15 @@ def train_tracked(parent: RunRef, seeds: SeedSource, dual_views: str, out: str, 
                   processes: int = 1, out_options: dict | None = None) -> dict:
     from tasks.tracking import flatten, log_dict, log_metrics
     from tasks.train_worker import run as train_run
-    from tasks.training import progress_line
+    from tasks.training import TrainProgress
 
-    with _stage_run(parent, "train", params=flatten(config, "training")) as run:
+    with stage_run(parent, "train", params=flatten(config, "training")) as run:
         # one set of fsspec options serves the seeds, the dual views and the output (one store)
-        logger = get_run_logger()
+        logger, lines = get_run_logger(), TrainProgress()
 
         def signals(step: int, metrics: dict) -> None:
             log_metrics(run.tracking_uri, run.run_id, metrics, step)
-            if line := progress_line(step, metrics):
+            if line := lines(step, metrics):
                 logger.info(line)
 
         result = train_run(config, seeds.path, dual_views, out, processes=processes,
@@ -213,14 +150,39 @@ def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: SeedSourc
     from tasks.evaluation import evaluate_task, log_evaluation, write_outputs
     from tasks.tracking import stage
 
-    with _stage_run(parent, f"evaluate-{label}", tags={"dualview.model": model}) as run:
+    with stage_run(parent, f"evaluate-{label}", tags={"dualview.model": model}) as run:
         local = _local_model(model, out_options or {})
-        report = evaluate_task(local, eval_set.path, config, storage_options=dict(eval_set.storage_options))
+        report = evaluate_task(local, eval_set.path, config, storage_options=dict(eval_set.storage_options),
+                               progress=get_run_logger().info, label=f"evaluate {label}")
         write_outputs(report, out, {"model": model, "config": config.model_dump()}, out_options)
         with stage(run.tracking_uri, run.run_id):
             log_evaluation(report, config)
         parent.set_tags({"dualview.eval_digest": report.digest})
     return report
+
+
+@task(name="log headline", cache_policy=NO_CACHE)
+def log_headline(run: RunRef, config: PipelineConfig, synthesis: dict, trained: dict, reports: dict) -> dict[str, float]:
+    """The pipeline's headline numbers and its inputs (seeds, dual views, training mixture, eval set)
+    on the parent run, so the experiment's table compares pipeline runs row by row."""
+    from dualview_core.headline import evaluation_headline, synthesis_headline, training_headline
+    from dualview_core.sources import source_fingerprint
+    from tasks.tracking import log_datasets
+    from tasks.training import LOSS
+
+    e = config.evaluation
+    metrics = (evaluation_headline(reports, e.bootstrap_resamples, e.bootstrap_seed, e.confidence)
+               | synthesis_headline(synthesis) | training_headline(trained["history"], trained["steps"], LOSS))
+    run.log_metrics(metrics)
+    dual_views = f"{synthesis['out']}/dual_views.parquet"
+    eval_report = next(iter(reports.values()))
+    log_datasets(run.tracking_uri, run.run_id, [
+        ("seeds", config.seeds.path, synthesis["seed_fingerprint"], "synthesis"),
+        ("dual_views", dual_views, source_fingerprint(dual_views, config.output_options()), "training"),
+        (f"mixture/{config.training.mixture.name}", trained["checkpoint"], trained["digest"], "training"),
+        (f"{eval_report.benchmark}/{eval_report.subset}", config.eval_set.path, eval_report.digest, "eval"),
+    ])
+    return metrics
 
 
 def _local_model(model: str, options: dict) -> str:
@@ -258,7 +220,7 @@ def train_point(parent: RunRef, point: dict, p: PipelineConfig, dual_views: str,
     mixture = p.training.mixture.model_copy(update={"name": point["mixture"], "seed": point["seed"],
                                                     **({"ratio": point["ratio"]} if point["ratio"] is not None else {})})
     training = p.training.model_copy(update={"mixture": mixture, "seed": point["seed"]})
-    with _stage_run(parent, point["name"], tags={"dualview.sweep_point": point["name"]}) as run:
+    with stage_run(parent, point["name"], tags={"dualview.sweep_point": point["name"]}) as run:
         options = p.output_options()
         trained = train_tracked(run, p.seeds, dual_views, f"{folder}/{point['name']}", training, p.train_processes, options)
         report = evaluate_tracked(run, "trained", trained["checkpoint"], p.eval_set, p.evaluation,

@@ -7,16 +7,29 @@ from collections.abc import Mapping
 HEADLINE = (("p-MRR", "p-MRR"), ("score", "Score"))
 
 
-def comparison_table(reports: Mapping) -> str:
-    """One row per model label: each headline metric as `mean [low, high]` (×100, 95% CI)."""
-    header = f"{'model':<10}" + "".join(f"{title:>26}" for _, title in HEADLINE)
+def _cell(mean: float | None, low: float | None, high: float | None) -> str:
+    return f"{'n/a':>26}" if mean is None else f"{f'{mean:7.2f} [{low:7.2f}, {high:7.2f}]':>26}"
+
+
+def comparison_table(reports: Mapping, headline: Mapping[str, float] | None = None) -> str:
+    """One row per model label: each headline metric as `mean [low, high]` (×100, 95% CI); with the
+    pipeline's `headline` numbers also a row for trained − base (paired interval) and its p-values."""
+    from dualview_core.headline import DELTA, P_VALUE, headline_key
+    from dualview_core.metrics import CI_HIGH, CI_LOW
+
+    header = f"{'model':<13}" + "".join(f"{title:>26}" for _, title in HEADLINE)
     lines = [header, "-" * len(header)]
     for label, report in reports.items():
-        cells = []
-        for metric, _ in HEADLINE:
-            i = report.summary.get(metric)
-            cells.append(f"{'n/a':>26}" if i is None else f"{f'{i.mean:7.2f} [{i.low:7.2f}, {i.high:7.2f}]':>26}")
-        lines.append(f"{label:<10}" + "".join(cells))
+        cells = [_cell(*((i.mean, i.low, i.high) if (i := report.summary.get(metric)) else (None,) * 3))
+                 for metric, _ in HEADLINE]
+        lines.append(f"{label:<13}" + "".join(cells))
+    if headline and any(headline_key(DELTA, m) in headline for m, _ in HEADLINE):
+        def get(metric: str, suffix: str = "") -> float | None:
+            return headline.get(headline_key(DELTA, metric, suffix))
+
+        lines.append(f"{'trained-base':<13}" + "".join(_cell(get(m), get(m, CI_LOW), get(m, CI_HIGH)) for m, _ in HEADLINE))
+        lines.append(f"{'  p-value':<13}" + "".join(f"{'n/a' if get(m, P_VALUE) is None else f'{get(m, P_VALUE):.3f}':>26}"
+                                                    for m, _ in HEADLINE))
     return "\n".join(lines)
 
 

@@ -26,9 +26,11 @@ from dualview_core.prompting import default_template, prompt_version, render
 from dualview_core.seeds import select_synthesis_seeds
 from dualview_core.sources import source_fingerprint
 from dualview_core.synthesis import CostSummary, EngineResult, WorkItem, plan, record
+from tasks.progress import duration
 from tasks.record_store import RecordStore
 
 Progress = Callable[[str], None]
+PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
 
 
 def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_options: dict | None = None,
@@ -89,27 +91,35 @@ def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, cost
                  progress: Progress) -> dict[str, dict]:
     import ray
 
-    from tasks.engines import make_engine
+    from tasks.engines import make_engine, start_wait
     from tasks.llm_models import resolve_llm
+    from tasks.progress import Meter, waiting
     from tasks.ray_runtime import ensure_ray
 
     cfg = ask.cfg
     ensure_ray(cfg.ray_address)
-    model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir) if cfg.engine == "vllm" else None
+    model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir, progress) if cfg.engine == "vllm" else None
     engine = make_engine(cfg, model_path)
     items = {i.cache_key: i for i in pending}
     rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template)} for i in pending]
     ds = engine.transform(ray.data.from_items(rows))
     geometry = _geometry(cfg)
     fresh: dict[str, dict] = {}
-    for batch in ds.iter_batches(batch_size=cfg.shard_rows, batch_format="pyarrow"):
-        costs.mark_answers(batch.num_rows)
-        shard = _records(batch.to_pylist(), items, ask, geometry)
-        store.write_shard(shard)
-        for rec in shard:
-            costs.add(rec)
-            fresh[rec["cache_key"]] = rec
-        progress(f"synthesis: {len(fresh)}/{len(pending)} answered, {costs.accepted} accepted")
+    meter = Meter("synthesis", len(pending), "rows", progress, every_s=PROGRESS_EVERY_S)
+    with waiting("synthesis", *start_wait(cfg), emit=progress) as wait:
+        for batch in ds.iter_batches(batch_size=cfg.shard_rows, batch_format="pyarrow"):
+            first = not fresh
+            costs.mark_answers(batch.num_rows)
+            shard = _records(batch.to_pylist(), items, ask, geometry)
+            store.write_shard(shard)
+            for rec in shard:
+                costs.add(rec)
+                fresh[rec["cache_key"]] = rec
+            if first:  # the rate counts from here: the engine answered this batch while it was starting
+                progress(f"synthesis: engine ready after {duration(wait.stop())}; {len(shard)}/{len(pending)} answered")
+                meter.start(already=len(shard))
+            else:
+                meter.advance(len(shard), f"{costs.accepted} accepted")
     return fresh
 
 

@@ -71,14 +71,21 @@ def mlflow_client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri)
 
 
+# MLflow 3's UI opens an experiment by its kind; without this tag it may guess "GenAI" and hide the run table
+EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+
+
 def experiment_id(tracking_uri: str, name: str, artifact_location: str | None = None) -> str:
+    """The experiment `name` (created when missing), marked as a model-training experiment."""
     client = mlflow_client(tracking_uri)
     found = client.get_experiment_by_name(name)
     if found is not None:
+        if found.tags.get(EXPERIMENT_KIND) is None:  # made by an older version: mark it once
+            client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
         return found.experiment_id
     if artifact_location and "://" not in artifact_location:
         artifact_location = Path(artifact_location).resolve().as_uri()
-    return client.create_experiment(name, artifact_location=artifact_location)
+    return client.create_experiment(name, artifact_location=artifact_location, tags={EXPERIMENT_KIND: MODEL_TRAINING})
 
 
 def open_run(tracking_uri: str, experiment: str, name: str, *, parent: str | None = None,
@@ -148,6 +155,30 @@ def log_metrics(tracking_uri: str, run_id: str, metrics: Mapping[str, float], st
     items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
     if items:
         mlflow_client(tracking_uri).log_batch(run_id, metrics=items)
+
+
+def dataset(source: str, name: str, digest: str):
+    """An MLflow dataset that is only a reference (source, name, content digest): lineage without
+    reading the data."""
+    import warnings
+
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # a local path "can be interpreted in multiple ways": harmless
+        warnings.simplefilter("ignore", UserWarning)
+        return MetaDataset(resolve_dataset_source(source), name=name, digest=digest)
+
+
+def log_datasets(tracking_uri: str, run_id: str, datasets: list[tuple[str, str, str, str]]) -> None:
+    """Each (name, source, digest, context) as a dataset input of the run; context is 'synthesis',
+    'training' or 'eval'."""
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    inputs = [DatasetInput(dataset(source, name, digest)._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+              for name, source, digest, context in datasets]
+    mlflow_client(tracking_uri).log_inputs(run_id, datasets=inputs)
 
 
 def log_dict(tracking_uri: str, run_id: str, obj: object, path: str) -> None:

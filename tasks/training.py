@@ -39,10 +39,12 @@ from dualview_core.negatives import TextBatch, block_width, make_batch
 from dualview_core.resume import Progress, check_resumable, resume_position, run_fingerprint, state_location, tag_for
 from dualview_core.separation import pairs_of, separation
 from dualview_core.training_rows import rank_batches, total_steps
+from tasks.progress import duration
 from tasks.train_output import check_destination, save_checkpoint
 
 LOSS, LR, SAMPLES_PER_S, TOKENS_PER_S = "train/loss", "train/lr", "train/samples_per_s", "train/tokens_per_s"
 SEPARATION = "train/instruction_separation"
+TOTAL_STEPS = "train/total_steps"  # signalled once, before the first step: how many will run
 PROJECT_CACHE = Path(__file__).resolve().parents[1] / ".cache"
 
 Callback = Callable[[int, dict[str, float]], None]
@@ -50,7 +52,7 @@ PROGRESS_EVERY = 10  # optimizer steps between progress lines
 
 
 def progress_line(step: int, metrics: dict[str, float], every: int = PROGRESS_EVERY) -> str | None:
-    """A line for a person watching: every `every` steps and at each separation measurement.
+    """The metrics part of a progress line: every `every` steps and at each separation measurement.
 
         >>> progress_line(20, {LOSS: 0.51234, LR: 1.9e-05})
         'train: step 20 loss 0.5123, lr 1.9e-05'
@@ -58,6 +60,39 @@ def progress_line(step: int, metrics: dict[str, float], every: int = PROGRESS_EV
     if step % every and SEPARATION not in metrics:
         return None
     return f"train: step {step} " + ", ".join(f"{k.split('/')[-1]} {v:.4g}" for k, v in metrics.items())
+
+
+class TrainProgress:
+    """The trainer's signals as lines for a person: the plan when it is announced (`TOTAL_STEPS`),
+    then `progress_line` with the share done and an ETA from the steps timed so far. The CLI and
+    the flow both use it, so a terminal and the Prefect run log read the same.
+
+        >>> p = TrainProgress(clock=iter([100.0, 160.0]).__next__)
+        >>> p(0, {TOTAL_STEPS: 40})
+        'train: 40 optimizer steps to run'
+        >>> p(10, {LOSS: 0.5})
+        'train: step 10/40 (25%) loss 0.5, ETA 3 min 00 s'
+    """
+
+    def __init__(self, every: int = PROGRESS_EVERY, clock: Callable[[], float] = time.monotonic):
+        self.every, self.clock = every, clock
+        self.total: int | None = None
+        self.started: tuple[int, float] | None = None  # (step, time) when the steps began
+
+    def __call__(self, step: int, metrics: dict[str, float]) -> str | None:
+        if TOTAL_STEPS in metrics:
+            self.total, self.started = int(metrics[TOTAL_STEPS]), (step, self.clock())
+            resumed = f", resuming after step {step}" if step else ""
+            return f"train: {self.total} optimizer steps to run{resumed}"
+        line = progress_line(step, metrics, self.every)
+        if line is None or self.total is None or self.started is None:
+            return line
+        head = f"train: step {step}"
+        line = line.replace(head, f"{head}/{self.total} ({100 * step / self.total:.0f}%)", 1)
+        first, t0 = self.started
+        if step > first and step < self.total:
+            line += f", ETA {duration((self.total - step) * (self.clock() - t0) / (step - first))}"
+        return line
 
 
 @dataclass
@@ -227,11 +262,12 @@ def _run_steps(engine, encoder, mixture: Mixture, cfg: TrainingConfig, steps: in
     rank, world = dist.get_rank(), dist.get_world_size()
     batches = _micro_batches(mixture, cfg, width, rank, world, skip=done * cfg.grad_accumulation)
     pairs = pairs_of(mixture.heldout)
+    emit(done, {TOTAL_STEPS: steps})
     if pairs and done == 0:
         emit(0, {SEPARATION: _separation(encoder, pairs, cfg)})
     engine.train()  # from_pretrained returns eval mode; training runs with the model's dropout, as HF's trainers do
     for step in range(done + 1, steps + 1):
-        start, losses, tokens, lr = time.perf_counter(), 0.0, 0, engine.get_lr()[0]
+        start, losses, tokens, lr = time.perf_counter(), 0.0, 0, _coming_lr(engine)
         for _ in range(cfg.grad_accumulation):
             loss, n = _micro_step(engine, encoder, next(batches), cfg, rank, world)
             losses, tokens = losses + loss, tokens + n
@@ -311,6 +347,23 @@ def _train(cfg: TrainingConfig, mixture: Mixture, out: str, width: int, storage_
     return TrainResult(out, steps, world, seconds, history, mixture.composition, mixture.digest, done)
 
 
+def _coming_lr(engine) -> float:
+    """The learning rate the next optimizer step applies: the schedule writes it into the optimizer's
+    groups (at start and after each step). Asking the scheduler before its first step makes
+    DeepSpeed warn, hence the groups."""
+    return float(engine.optimizer.param_groups[0]["lr"])
+
+
+def _announce(cfg: TrainingConfig, kind: str) -> None:
+    """Say what the next minute or two is spent on (on the CLI's stderr and in the flow-run log)."""
+    if int(os.environ.get("RANK", "0")):
+        return
+    extensions = Path(os.environ.get("TORCH_EXTENSIONS_DIR", PROJECT_CACHE / "torch_extensions"))
+    first_build = kind == "cpu" and not any(extensions.glob("**/deepspeed_shm_comm*.so"))
+    print(f"train: loading {cfg.model} and starting DeepSpeed on {kind}"
+          + ("; its CPU communication op is compiled on first use (~1-2 min, once)" if first_build else ""), flush=True)
+
+
 def _load(cfg: TrainingConfig, steps: int, world: int):
     import torch
 
@@ -320,6 +373,7 @@ def _load(cfg: TrainingConfig, steps: int, world: int):
     device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if kind == "cuda" else "cpu"
     if kind == "cuda":
         torch.cuda.set_device(device)
+    _announce(cfg, kind)
     torch.manual_seed(cfg.seed)
     encoder = Encoder(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length, device=device)
     return _engine(cfg, _bi_encoder(encoder), steps, world, kind), encoder

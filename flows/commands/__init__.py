@@ -31,8 +31,14 @@ def add_endpoint_flag(parser: argparse.ArgumentParser) -> None:
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
+# Variables naming a folder a tool writes into: created (with parents) before any tool starts, since
+# some create only the last level (Prefect's PREFECT_HOME) and fail on a fresh clone without .cache/.
+FOLDER_VARIABLES = ("HF_HOME", "TORCH_EXTENSIONS_DIR", "PREFECT_HOME", "MPLCONFIGDIR", "VLLM_CACHE_ROOT",
+                    "VLLM_CONFIG_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+
+
 def project_env() -> dict[str, str]:
-    """Environment defaults that keep every tool offline and its state inside the project."""
+    """Environment defaults that keep every tool offline and its state inside the project (never in HOME)."""
     cache = PROJECT_ROOT / ".cache"
     return {
         "HF_HUB_OFFLINE": "1",
@@ -40,7 +46,16 @@ def project_env() -> dict[str, str]:
         "HF_HOME": str(cache / "huggingface"),
         "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions"),
         "PREFECT_HOME": str(cache / "prefect"),
+        "MPLCONFIGDIR": str(cache / "matplotlib"),
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        # what else follows the XDG layout (~/.cache, ~/.config, ~/.local/share) stays here too
+        "XDG_CACHE_HOME": str(cache / "xdg" / "cache"),
+        "XDG_CONFIG_HOME": str(cache / "xdg" / "config"),
+        "XDG_DATA_HOME": str(cache / "xdg" / "data"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",  # no newsletter pop-up over the run form
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "DO_NOT_TRACK": "1",
@@ -51,6 +66,17 @@ def project_env() -> dict[str, str]:
 
 
 def apply_project_env() -> None:
-    """Set the defaults above where the caller has not set its own (the CLI's edge)."""
+    """Set the defaults above where the caller has not set its own (the CLI's edge), and create the
+    folders they name, ours or the caller's. Call it before Prefect is imported: Prefect reads
+    PREFECT_HOME, and tries to create it, at import time."""
     for name, value in project_env().items():
         os.environ.setdefault(name, value)
+    # Prefect derives these from PREFECT_HOME only when it is given as a Path, and falls back to
+    # ~/.prefect when it comes from the environment: name them from PREFECT_HOME ourselves.
+    prefect_home = Path(os.environ["PREFECT_HOME"])
+    os.environ.setdefault("PREFECT_MEMO_STORE_PATH", str(prefect_home / "memo_store.toml"))
+    os.environ.setdefault("PREFECT_LOCAL_STORAGE_PATH", str(prefect_home / "storage"))
+    if not Path("/dev/nvidiactl").exists():  # no NVIDIA driver: say so, instead of DeepSpeed warning at import
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for name in FOLDER_VARIABLES:
+        Path(os.environ[name]).mkdir(parents=True, exist_ok=True)

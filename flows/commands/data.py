@@ -60,8 +60,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded defaults: the whole pipeline on the bundled sample, on a temporary
     Prefect API, a local Ray, the CPU vLLM with SmolLM2, MiniLM, DeepSpeed on CPU, MLflow in SQLite."""
     from dualview_core.config import PipelineConfig
+    from flows.commands import stderr_filter
     from flows.pipeline import pipeline
 
+    stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
     start = time.perf_counter()
     config = PipelineConfig()
     result = pipeline(config)

@@ -24,8 +24,10 @@ def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
+    from flows.commands import stderr_filter
     from tasks.synthesis import run_synthesis
 
+    stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
     cfg = config_from_args(args)
     summary = run_synthesis(args.seeds, args.out, cfg, storage_options(args), progress=lambda m: print(m, file=sys.stderr))
     print_json(summary)

@@ -80,11 +80,17 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def print_progress(step: int, metrics: dict) -> None:
-    from tasks.training import progress_line
+def progress_printer():
+    """A training callback printing progress lines on stderr (stdout holds only the JSON summary)."""
+    from tasks.training import TrainProgress
 
-    if line := progress_line(step, metrics):
-        print(line, file=sys.stderr, flush=True)
+    lines = TrainProgress()
+
+    def show(step: int, metrics: dict) -> None:
+        if line := lines(step, metrics):
+            print(line, file=sys.stderr, flush=True)
+
+    return show
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -101,7 +107,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         with stdout_to_stderr():
             result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
-                         storage_options=storage_options(args), callback=print_progress)
+                         storage_options=storage_options(args), callback=progress_printer())
     except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch) as exc:
         print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -90,3 +90,28 @@ def sample(tmp_path_factory) -> tuple[str, str]:
     path = str(tmp_path_factory.mktemp("views") / "dual_views.parquet")
     write_table(path, pa.Table.from_pylist(views, schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW)
     return samples.seeds_path(), path
+
+
+# As root, headless, and without the background traffic a closed network refuses (Debian's Chromium).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's package, which .ci/run installs) driven by Playwright. Without it,
+    the browser tests skip with that reason on a developer's machine and fail in CI."""
+    import shutil
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        message = "headless browser tests need Debian's chromium (apt-get install chromium)"
+        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

@@ -14,7 +14,8 @@ from prefect import flow
 from prefect.testing.utilities import prefect_test_harness
 
 from dualview_core.config import PipelineConfig
-from tasks.stages import _stage_run, pipeline_run
+from tasks.runs import stage_run
+from tasks.stages import pipeline_run
 from tasks.tracking import FLOW_RUN_TAG, log_metrics, mlflow_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -35,9 +36,9 @@ def test_a_retried_flow_run_continues_its_parent_run(harness, tmp_path):
         with pipeline_run(config, "flaky") as run:
             ids = {"parent": run.run_id}
             attempts.append(ids)
-            with _stage_run(run, "synthesize") as done:  # finishes in both attempts
+            with stage_run(run, "synthesize") as done:  # finishes in both attempts
                 ids["synthesize"] = done.run_id
-            with contextlib.suppress(RuntimeError), _stage_run(run, "train") as train:
+            with contextlib.suppress(RuntimeError), stage_run(run, "train") as train:
                 ids["train"] = train.run_id
                 log_metrics(run.tracking_uri, train.run_id, {"train/loss": 1.0 / len(attempts)}, step=len(attempts))
                 if len(attempts) == 1:

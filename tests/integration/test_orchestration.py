@@ -222,3 +222,30 @@ def _assert_no_secrets(parent, children, artifacts: list[str], logs: list[str]) 
     haystack = json.dumps([dict(r.data.params) | dict(r.data.tags) for r in (parent, *children)]) + "".join(artifacts) + "".join(logs)
     for name, secret in SECRETS.items():
         assert secret not in haystack, f"{name} leaked"
+
+
+# --- the two surfaces users work in, in a real browser -------------------------------------------
+
+
+def _deployment_id(env: dict, name: str) -> str:
+    return _api(env, f"""
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as c:
+    print(c.read_deployment_by_name({name!r}).id)
+""")
+
+
+def test_pipeline_custom_run_form_shows_the_typed_config(services, browser, tmp_path):
+    """Deployments → pipeline → Run → Custom run: the PipelineConfig form, field by field."""
+    ui = services["env"]["PREFECT_API_URL"].removesuffix("/api")
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    page.goto(f"{ui}/deployments/deployment/{_deployment_id(services['env'], 'pipeline/pipeline')}/run")
+    page.get_by_text("Seeds (Optional)", exact=True).wait_for(timeout=60_000)
+    page.screenshot(path=str(tmp_path / "prefect-custom-run.png"), full_page=True)
+    labels = set(page.inner_text("body").splitlines())
+    assert {"Parameters", "Seeds (Optional)", "Path", "Synthesis (Optional)", "Engine (Optional)",
+            "Training (Optional)", "Mixture (Optional)", "Tracking Uri (Optional)"} <= labels, sorted(labels)[:80]
+    values = page.eval_on_selector_all("input, textarea", "els => els.map(e => e.value)")
+    assert any(v.endswith("seeds.jsonl") for v in values), values  # the seeds path, editable in place
+    assert page.get_by_text("vllm", exact=True).first.is_visible()  # the engine's current choice
+    page.close()
