@@ -104,7 +104,7 @@ _META = re.compile(
 # model speaking of itself or of its answer. First-person searcher phrasing ("I need…", "I can't read
 # German, so…") is fine; only refusals and self-description are chatter.
 _CHATTER_START = re.compile(
-    r"^\W*(?:(?:sure|certainly|of course|okay|ok|alright|absolutely|great|yes|no problem|gladly)\s*[,!.:;-]"
+    r"^\W*(?:(?:sure|certainly|of course|okay|ok|alright|absolutely|great|yes|no problem|gladly)\s*[,!.:;]"
     r"|here(?:'s| is| are)\b|below is\b|(?:final |new |revised )?(?:answer|instruction|output|response)\s*:)",
     re.I,
 )
