@@ -28,8 +28,11 @@ def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from tasks.synthesis import run_synthesis
 
+    from flows.commands.train import stdout_to_stderr
+
     cfg = config_from_args(args)
-    summary = run_synthesis(args.seeds, args.out, cfg, storage_options(args), progress=lambda m: print(m, file=sys.stderr))
+    with stdout_to_stderr():  # libraries loaded on the way (tokenizers, DeepSpeed's probe) print to stdout
+        summary = run_synthesis(args.seeds, args.out, cfg, storage_options(args), progress=lambda m: print(m, file=sys.stderr))
     print_json(summary)
     return EXIT_OK
 
