@@ -30,7 +30,7 @@ def render_report(records: Iterable[Mapping], counts: Mapping, *, prompt_version
     by_reason: dict[str, list[Mapping]] = {}
     for r in records:
         by_reason.setdefault(r["rejection"] or "accepted", []).append(r)
-    lines = [f"# Synthesis report", "", f"prompt version `{prompt_version}`, model `{model_id}`", "",
+    lines = ["# Synthesis report", "", f"prompt version `{prompt_version}`, model `{model_id}`", "",
              "| outcome | rows |", "|---|---|", f"| accepted | {counts['accepted']} |"]
     lines += [f"| rejected: {reason} | {n} |" for reason, n in counts["by_reason"].items()]
     lines += [f"| **total** | {counts['accepted'] + counts['rejected']} |", ""]

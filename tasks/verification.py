@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dualview_core.config import SynthesisConfig
+from dualview_core.keys import canonical_json
 from dualview_core.parsing import Rejection
 from dualview_core.prompting import prompt_version
 from dualview_core.synthesis import CostSummary, WorkItem, error_rejection, seed_fields
-from dualview_core.keys import canonical_json
 from dualview_core.verification import default_template, parse_verdict, render, verdict_rejection, verify_key
 from tasks.record_store import VERIFICATIONS, RecordStore
 
