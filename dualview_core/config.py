@@ -136,6 +136,15 @@ class OpenAIEngineConfig(_Config):
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
     max_attempts: int = Field(4, ge=1, description="Tries per row on timeouts, connection errors, 429 and 5xx.")
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles per attempt, with jitter.")
+    context_length: int | None = Field(
+        None, gt=0, description="The served model's context (prompt + answer tokens). With `tokenizer`, a row "
+        "whose prompt + max_tokens exceeds it is rejected (prompt_too_long) without a call. None: not checked "
+        "here; the server's own refusal is recorded as prompt_too_long.",
+    )
+    tokenizer: str | None = Field(
+        None, description="A Hugging Face tokenizer (id, folder, or 'smollm2') matching the served model, used "
+        "with its chat template to count prompt tokens for `context_length`.",
+    )
 
 
 class SynthesisConfig(_Config):
@@ -152,6 +161,20 @@ class SynthesisConfig(_Config):
         description="Defaults suit the tiny CPU model; see `production()` for the 80B model.",
     )
     guards: GuardConfig = Field(default_factory=GuardConfig)
+    verify: bool = Field(
+        False, description="A second call per accepted row asking the model whether the new positive meets "
+        "I_new, the old positive breaks it, and I_new stays on the query's topic; rows it does not confirm "
+        "are rejected (unverified). Roughly doubles the cost of accepted rows; cached like the first pass.",
+    )
+    verify_sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(max_tokens=48, repetition_penalty=1.15, prefill="<verdict>",
+                                               stop=("</verdict>",)),
+        description="Decoding of the verification pass. Part of its cache key.",
+    )
+    max_error_runs: int = Field(
+        3, ge=1, description="Runs in which a row may fail transiently (timeouts, a dead engine) before its "
+        "failure is final (engine_error). Higher keeps retrying a flaky row; lower gives up sooner.",
+    )
     per_negative: bool = Field(
         False, description="One reversed view per instruction negative, instead of the paper's one per seed (N* = first)."
     )

@@ -112,10 +112,16 @@ SYNTHESIS_RECORD = pa.schema(
         pa.field("prompt_tokens", pa.int32(), nullable=True),
         pa.field("completion_tokens", pa.int32(), nullable=True),
         pa.field("latency_s", pa.float32(), nullable=True),
-        pa.field("attempts", pa.int32(), nullable=False),
+        pa.field("attempts", pa.int32(), nullable=False),  # 0: rejected before the engine (prompt_too_long)
+        # Version 2: the seed a person needs to read a record. Null in version-1 shards (the cache
+        # keeps them); the run fills them from the seed the cache key names when it writes outputs.
+        pa.field("query_id", pa.string(), nullable=True),
+        pa.field("query", pa.string(), nullable=True),
+        pa.field("original_instruction", pa.string(), nullable=True),
     ],
-    metadata={"contract": "SynthesisRecord/1"},
+    metadata={"contract": "SynthesisRecord/2"},
 )
+SYNTHESIS_RECORD_V2_COLUMNS = ("query_id", "query", "original_instruction")
 
 DUAL_VIEW_ROW = pa.schema(
     [
@@ -267,6 +273,15 @@ class Rejected:
 
 class ContractError(ValueError):
     """Data does not match its declared schema."""
+
+
+def upgrade_synthesis_record(table: pa.Table) -> pa.Table:
+    """A SynthesisRecord/1 table with version 2's columns added as nulls (a no-op on version 2), so
+    answers paid for under the old contract stay in the cache. Conform the result as usual."""
+    for name in SYNTHESIS_RECORD_V2_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, SYNTHESIS_RECORD.field(name).type))
+    return table
 
 
 def conform(table: pa.Table, schema: pa.Schema, what: str = "table") -> pa.Table:

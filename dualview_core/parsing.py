@@ -3,8 +3,11 @@
 `parse` extracts the instruction from `<answer><new_instruction>…</new_instruction></answer>`,
 tolerating what small and large models actually emit: `<think>` blocks, markdown fences, chatter
 around the answer, several answers (the last well-formed one wins: models draft, then settle),
-unclosed tags, odd whitespace and unicode. `guard` then applies the content rules. Nothing here
-knows about engines or files.
+unclosed tags, odd whitespace and unicode. Only text inside the tags can become an instruction: a
+reply that restates the block after a prefill (`<answer><new_instruction>` + a server's answer from
+scratch) keeps only the text after the last `<new_instruction>`, and a reply without the tags is
+`no_answer`. `guard` then applies the content rules, chatter among them. Nothing here knows about
+engines or files.
 
     >>> parse("<think>hmm</think><answer><new_instruction> Only  EU data. </new_instruction></answer>")
     Parsed(instruction='Only EU data.', rejection=None)
@@ -33,7 +36,11 @@ class Rejection(StrEnum):
     SAME_AS_QUERY = "same_as_query"
     TRUNCATED = "truncated"  # the reply hit the token limit: whatever it said is unfinished
     GEOMETRY = "geometry"  # the frozen encoder does not move the query toward the new positive
-    ENGINE_ERROR = "engine_error"  # the engine failed for this row after its retries
+    CHATTER = "chatter"  # a preamble or the model speaking of itself ("Sure! Here is…", "As an AI…")
+    PROMPT_TOO_LONG = "prompt_too_long"  # prompt + max_tokens exceed the engine's context: never sent, or refused
+    INVALID_REQUEST = "invalid_request"  # the engine refused the request; the same request fails again
+    UNVERIFIED = "unverified"  # the verification pass did not confirm the reversal (see verification.py)
+    ENGINE_ERROR = "engine_error"  # the engine failed for this row after its retries; the next run retries
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +51,8 @@ class Parsed:
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S | re.I)
-_NEW = re.compile(r"<new_instruction>(.*?)(?:</new_instruction>|</answer>|$)", re.S | re.I)
+_NEW_OPEN = re.compile(r"<new_instruction>", re.I)
+_NEW_CLOSE = re.compile(r"</new_instruction>|</answer>", re.I)
 _FENCE = re.compile(r"```[a-zA-Z]*")
 _TAG = re.compile(r"</?[a-z_]+>", re.I)
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
@@ -65,19 +73,47 @@ def parse(raw: str | None) -> Parsed:
     if not answers and "<new_instruction>" in text.lower():
         answers = [text]  # the <answer> wrapper was dropped but the inner tag is there
     for answer in reversed(answers):
-        inner = _NEW.search(answer)
-        text = clean(_TAG.sub(" ", inner.group(1) if inner else answer))
+        inner = _inner(answer)
+        text = clean(_TAG.sub(" ", answer if inner is None else inner))
         if text.rstrip(".").lower() == "none":  # also "None" inside the tag, as a prefill forces
             return Parsed(None, Rejection.NONE)
-        if inner:
+        if inner is not None:
             return Parsed(text, None) if text else Parsed(None, Rejection.EMPTY)
     return Parsed(None, Rejection.NO_ANSWER)
+
+
+def _inner(answer: str) -> str | None:
+    """The text after the last `<new_instruction>` up to its close, or None without one. The last
+    opening wins: after a prefill, a server that answers from scratch restates the whole block, and
+    whatever it wrote between the prefill and its own block is outside the answer."""
+    opens = list(_NEW_OPEN.finditer(answer))
+    if not opens:
+        return None
+    body = answer[opens[-1].end():]
+    close = _NEW_CLOSE.search(body)
+    return body[: close.start()] if close else body
 
 
 # Mentions of the exercise itself: passages by name or letter, ids, labels, "the original instruction".
 _META = re.compile(
     r"\b(passages?|documents? [a-z0-9]\b|doc ?ids?|docid|passage [ab]\b|the (original|current|previous) instruction"
     r"|instruction negative|relevance labels?|this task|the task|positive passage|negative passage)\b",
+    re.I,
+)
+# A reply that talks to the reader instead of being an instruction: conversational openers, and the
+# model speaking of itself or of its answer. First-person searcher phrasing ("I need…", "I can't read
+# German, so…") is fine; only refusals and self-description are chatter.
+_CHATTER_START = re.compile(
+    r"^\W*(?:(?:sure|certainly|of course|okay|ok|alright|absolutely|great|yes|no problem|gladly)\s*[,!.:;]"
+    r"|here(?:'s| is| are)\b|below is\b|(?:final |new |revised )?(?:answer|instruction|output|response)\s*:)",
+    re.I,
+)
+_CHATTER_ANYWHERE = re.compile(
+    r"\b(as an ai\b|as a (?:large )?language model|i(?:'m| am) (?:an ai|sorry|unable|not able)|sorry,|i apologi[sz]e"
+    r"|i (?:cannot|can't|can not|won't|will not) (?:help|assist|comply|provide|create|write|generate|fulfil+|complete"
+    r"|come up)|new instruction|revised instruction|rewritten instruction|this instruction|my instruction"
+    r"|here(?:'s| is) (?:a|an|the|my|your)\b|hope (?:this|that|it) helps|let me know|feel free|happy to help"
+    r"|let me (?:think|try|explain|know)|i (?:have|'ve) (?:written|created|swapped|made))",
     re.I,
 )
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
@@ -98,6 +134,8 @@ def guard(instruction: str, original_instruction: str, query: str, cfg: GuardCon
     """The first content rule `instruction` breaks, or None if it may be used."""
     if not instruction.strip():
         return Rejection.EMPTY
+    if _CHATTER_START.search(instruction) or _CHATTER_ANYWHERE.search(instruction):
+        return Rejection.CHATTER
     if sentence_count(instruction) > cfg.max_sentences or len(instruction) > cfg.max_chars:
         return Rejection.TOO_LONG
     if clean(instruction).lower().rstrip(".?!") == clean(query).lower().rstrip(".?!"):

@@ -23,18 +23,19 @@ def prompt_version(template: str) -> str:
     return digest(template.encode("utf-8"), size=8)
 
 
-def _passage(p: Mapping) -> str:
+def passage_text(p: Mapping) -> str:
+    """A passage as the prompts show it: its title on a line of its own, then its text."""
     title = (p.get("title") or "").strip()
     return f"{title}\n{p['text'].strip()}" if title else p["text"].strip()
 
 
 def render_fields(query: str, instruction: str, positive: Mapping, target: Mapping, others: Sequence[Mapping]) -> str:
-    others_text = "\n\n".join(f"- {_passage(p)}" for p in others) if others else "(none)"
+    others_text = "\n\n".join(f"- {passage_text(p)}" for p in others) if others else "(none)"
     return (
         f"QUERY: {query.strip()}\n"
         f"CURRENT INSTRUCTION: {instruction.strip()}\n\n"
-        f"PASSAGE A:\n{_passage(positive)}\n\n"
-        f"PASSAGE B:\n{_passage(target)}\n\n"
+        f"PASSAGE A:\n{passage_text(positive)}\n\n"
+        f"PASSAGE B:\n{passage_text(target)}\n\n"
         f"OTHER PASSAGES:\n{others_text}"
     )
 

@@ -6,10 +6,16 @@ not call engines, touch files or know about Ray.
 
 A call is identified by (seed_key, target_index, prompt_version, model_id, sampling params): the
 same seed content asked the same way of the same model is answered once, ever.
+
+Every planned item ends as a record: accepted, or rejected with a reason. Engine failures are
+recorded too; `error_rejection` sorts them into final ones (`prompt_too_long`, `invalid_request`: the
+same request fails again) and transient ones (`engine_error`), which later runs retry until a key
+has failed in `max_error_runs` runs (`final_records`), then the last failure stands.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -83,10 +89,38 @@ class EngineResult:
     error: str | None = None  # set when the engine failed for this row after its retries
 
 
+# How engines word "the prompt does not fit" (vLLM's engine and server, OpenAI-style servers, ours).
+_TOO_LONG = re.compile(r"prompt_too_long|maximum (model|context) length|context length|max_model_len|context window"
+                       r"|too many tokens|is longer than the maximum", re.I)
+# Refusals that no retry fixes: a client error from an HTTP endpoint, or the engine rejecting the input.
+_INVALID = re.compile(r"^(RuntimeError: HTTP 4\d\d|ValueError|TypeError)\b")
+
+
+def error_rejection(error: str) -> Rejection:
+    """The rejection an engine error stands for: final (prompt_too_long, invalid_request) or not."""
+    if _TOO_LONG.search(error):
+        return Rejection.PROMPT_TOO_LONG
+    if _INVALID.search(error):
+        return Rejection.INVALID_REQUEST
+    return Rejection.ENGINE_ERROR
+
+
+def prompt_too_long(prompt_tokens: int, max_tokens: int, context: int) -> str | None:
+    """An engine error text for a prompt whose answer cannot fit in the context, or None if it fits."""
+    if prompt_tokens + max_tokens <= context:
+        return None
+    return f"prompt_too_long: {prompt_tokens} prompt tokens + {max_tokens} max_tokens > {context} context"
+
+
+def seed_fields(seed: Mapping) -> dict:
+    """The seed columns of a record (contract version 2): what a person reads next to the answer."""
+    return {"query_id": seed["query_id"], "query": seed["query"], "original_instruction": seed["instruction"]}
+
+
 def record(item: WorkItem, result: EngineResult, parsed: Parsed, *, prompt_version: str, model_id: str,
            sampling: Mapping, geometry_delta: float | None = None) -> dict:
-    """A SYNTHESIS_RECORD dict. Engine failures are recorded too (and retried by the next run)."""
-    rejection = Rejection.ENGINE_ERROR if result.error else _truncated(result, sampling) or parsed.rejection
+    """A SYNTHESIS_RECORD dict. Engine failures are recorded too; transient ones are retried later."""
+    rejection = error_rejection(result.error) if result.error else _truncated(result, sampling) or parsed.rejection
     return {
         "cache_key": item.cache_key,
         "seed_key": item.seed["seed_key"],
@@ -102,6 +136,7 @@ def record(item: WorkItem, result: EngineResult, parsed: Parsed, *, prompt_versi
         "completion_tokens": result.completion_tokens,
         "latency_s": result.latency_s,
         "attempts": result.attempts,
+        **seed_fields(item.seed),
     }
 
 
@@ -113,8 +148,38 @@ def _truncated(result: EngineResult, sampling: Mapping) -> Rejection | None:
 
 
 def is_final(rec: Mapping) -> bool:
-    """A record that answers its cache key for good. Engine errors are not: the next run retries."""
+    """A record that answers its cache key for good. Transient engine errors are not: the next run retries."""
     return rec["rejection"] != Rejection.ENGINE_ERROR.value
+
+
+def final_records(records: Iterable[Mapping], max_error_runs: int) -> dict[str, Mapping]:
+    """cache_key -> the record that answers it: the first final one, or, for a key that failed
+    transiently in `max_error_runs` runs (one record each) and never succeeded, its last failure."""
+    out: dict[str, Mapping] = {}
+    failures: Counter = Counter()
+    last_failure: dict[str, Mapping] = {}
+    for rec in records:
+        if is_final(rec):
+            out.setdefault(rec["cache_key"], rec)
+        else:
+            failures[rec["cache_key"]] += 1
+            last_failure[rec["cache_key"]] = rec
+    for key, n in failures.items():
+        if key not in out and n >= max_error_runs:
+            out[key] = last_failure[key]
+    return out
+
+
+def outcomes(records: Iterable[Mapping]) -> dict:
+    """Accepted and rejected-by-reason counts over the current items' final records."""
+    rejected: Counter = Counter()
+    accepted = 0
+    for rec in records:
+        if rec["rejection"]:
+            rejected[rec["rejection"]] += 1
+        else:
+            accepted += 1
+    return {"accepted": accepted, "rejected": sum(rejected.values()), "by_reason": dict(sorted(rejected.items()))}
 
 
 @dataclass
@@ -126,6 +191,11 @@ class CostSummary:
     completion_tokens: int = 0
     engine_seconds: float = 0.0
     attempts: int = 0
+    verify_rows: int = 0  # verification calls made by this run
+    verify_prompt_tokens: int = 0
+    verify_completion_tokens: int = 0
+    verify_checked: int = 0  # current rows the guards accepted and the verifier judged (cached or not)
+    verify_failed: int = 0  # of those, the verifier said no: its disagreement with the guards
     started: float = field(default_factory=time.perf_counter)
     # arrival of answer groups: (seconds since start, rows). The first group pays the engine's
     # start-up; the rest show the steady rate.
@@ -149,9 +219,24 @@ class CostSummary:
             self.rejections[rec["rejection"]] += 1
         else:
             self.accepted += 1
-        self.prompt_tokens += rec["prompt_tokens"] or 0
+        if rec["attempts"]:  # a row rejected before the engine (attempts 0) cost nothing
+            self.prompt_tokens += rec["prompt_tokens"] or 0
         self.completion_tokens += rec["completion_tokens"] or 0
         self.engine_seconds += rec["latency_s"] or 0.0
+
+    def add_verification(self, rec: Mapping, fresh: bool) -> None:
+        self.verify_checked += 1
+        self.verify_failed += rec["rejection"] is not None
+        if fresh:
+            self.verify_rows += 1
+            self.verify_prompt_tokens += rec["prompt_tokens"] or 0
+            self.verify_completion_tokens += rec["completion_tokens"] or 0
+
+    def _verification(self) -> dict:
+        rate = round(self.verify_failed / self.verify_checked, 4) if self.verify_checked else None
+        return {"verify_rows": self.verify_rows, "verify_prompt_tokens": self.verify_prompt_tokens,
+                "verify_completion_tokens": self.verify_completion_tokens, "verify_checked": self.verify_checked,
+                "verify_failed": self.verify_failed, "verify_disagreement_rate": rate}
 
     def as_dict(self, wall_seconds: float) -> dict:
         tokens = self.prompt_tokens + self.completion_tokens
@@ -168,4 +253,5 @@ class CostSummary:
             "rows_per_s": round(self.rows / wall_seconds, 3) if wall_seconds > 0 else None,
             "tokens_per_s": round(tokens / wall_seconds, 1) if wall_seconds > 0 else None,
             **self._timing(),
+            **self._verification(),
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 POLARITY_REVERSAL = "polarity_reversal.md"
+VERIFICATION = "verification.md"  # the optional second pass (dualview_core/verification.py)
 
 
 def load(name: str = POLARITY_REVERSAL) -> str:

@@ -8,13 +8,23 @@ completion_tokens, latency_s, attempts, error}` (the columns of `dualview_core.s
 - `OpenAIEngine`: any OpenAI-compatible chat endpoint, with bounded concurrency, per-request timeouts
   and retries with backoff (tasks/openai_client.py).
 
-A prefill (SamplingConfig.prefill) is sent as a final assistant message that the reply continues; the
-raw response recorded is prefill + continuation, so the parser sees the whole answer.
+A prefill (SamplingConfig.prefill) is sent as a final assistant message that the reply continues.
+vLLM's processor always continues it, so its raw response is prefill + continuation. An endpoint is
+asked to continue and to echo the prefill (vLLM's server does both); its raw response is its reply
+as sent, so a server that answers from scratch instead is never credited with the prefill, and the
+parser reads only what lies inside the answer tags either way.
+
+Before the engine, `prompt_counter` counts each row's prompt with the engine's own tokenizer and chat
+template, so a row whose prompt + max_tokens exceeds the context is rejected without a call: vLLM uses
+the model's tokenizer and `max_model_len`; an endpoint is checked only when its config names a
+`context_length` and a `tokenizer` (otherwise the server's refusal is recorded as prompt_too_long).
+Rows an engine still fails on come back as error rows; `result_row` gives each one every result column.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from dualview_core.config import SamplingConfig, SynthesisConfig
@@ -48,6 +58,52 @@ def start_wait(cfg: SynthesisConfig) -> tuple[str, str]:
                  f"{v.replicas} replica(s) x {v.tensor_parallel_size} GPU(s); large models take several minutes")
         return "starting the vLLM engine", f"{v.model}, {where}"
     return "starting the Ray Data client stage", f"{cfg.openai.base_url}, model {cfg.openai.model}"
+
+
+def result_row(row: dict) -> dict:
+    """Every result column for one engine output row. Ray's processor returns a row that failed
+    inference as it was (its postprocess is skipped), with the error in `__inference_error__`."""
+    error = row.get("__inference_error__") or row.get("error") or None
+    if row.get("raw_response") is None and error is None:
+        error = "engine returned no answer for this row"
+    return {
+        "cache_key": row["cache_key"],
+        "raw_response": None if error else row["raw_response"],
+        "prompt_tokens": None if error else row.get("prompt_tokens"),
+        "completion_tokens": None if error else row.get("completion_tokens"),
+        "latency_s": row.get("latency_s") if isinstance(row.get("latency_s"), (int, float)) and row["latency_s"] >= 0 else None,
+        "attempts": row.get("attempts") or 1,
+        "error": str(error)[:500] if error else None,
+    }
+
+
+PromptCounter = Callable[[list[dict]], int]
+
+
+def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[PromptCounter, int] | None:
+    """(messages -> prompt tokens, context length) for the configured engine, or None when unknown."""
+    if cfg.engine == "vllm":
+        tokenizer_source, context = model_path or cfg.vllm.model, cfg.vllm.max_model_len
+    elif cfg.openai.context_length and cfg.openai.tokenizer:
+        from tasks.llm_models import resolve_llm
+
+        tokenizer_source, context = resolve_llm(cfg.openai.tokenizer, cfg.model_cache_dir), cfg.openai.context_length
+    else:
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    sampling = cfg.sampling
+
+    def count(messages: list[dict]) -> int:
+        # as Ray's chat-template and tokenize stages do it: continue a final assistant message
+        full = with_prefill(list(messages), sampling)
+        generation = full[-1]["role"] == "user"
+        prompt = tokenizer.apply_chat_template(full, tokenize=False, add_generation_prompt=generation,
+                                               continue_final_message=not generation)
+        return len(tokenizer(prompt)["input_ids"])
+
+    return count, context
 
 
 class VLLMEngine:
@@ -133,3 +189,13 @@ def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> Engine:
     if cfg.engine == "vllm":
         return VLLMEngine(cfg, model_path or cfg.vllm.model)
     return OpenAIEngine(cfg)
+
+
+def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: list[dict]):
+    """Send rows `{cache_key, messages}` through the configured engine in a Ray Data pipeline; yield
+    lists of complete result rows (`result_row`), `cfg.shard_rows` at a time, as answers arrive."""
+    import ray
+
+    ds = make_engine(cfg, model_path).transform(ray.data.from_items(rows))
+    for batch in ds.iter_batches(batch_size=cfg.shard_rows, batch_format="pyarrow"):
+        yield [result_row(r) for r in batch.to_pylist()]

@@ -1,7 +1,10 @@
 """An OpenAI-compatible chat client for synthesis: bounded concurrency, timeouts, retries, no leaks.
 
 Retries (with exponential backoff and jitter) on timeouts, connection errors, 429 and 5xx; other
-4xx answers are final. The API key is read from the environment variable the config names, sent only
+4xx answers are final. A prefill is sent as a final assistant message with vLLM's
+`continue_final_message` and `echo`: a server that honours them replies prefill + continuation, one
+that ignores them replies from scratch, and the raw response is the reply exactly as sent (the
+prefill is never prepended here, so text outside a restated answer block stays outside it). The API key is read from the environment variable the config names, sent only
 in the Authorization header, and never put in errors, logs or outputs.
 """
 
@@ -35,9 +38,9 @@ class ChatClient:
 
     def _body(self, messages: list[dict]) -> dict:
         body = {"model": self.cfg.model, "messages": messages, **self.sampling.engine_params()}
-        if self.sampling.prefill:  # vLLM-style continuation of the final assistant message
+        if self.sampling.prefill:  # vLLM-style continuation of the final assistant message, echoed back
             body["messages"] = messages + [{"role": "assistant", "content": self.sampling.prefill}]
-            body |= {"add_generation_prompt": False, "continue_final_message": True}
+            body |= {"add_generation_prompt": False, "continue_final_message": True, "echo": True}
         return body
 
     async def _once(self, client: httpx.AsyncClient, body: dict) -> dict:
@@ -60,7 +63,7 @@ class ChatClient:
                 async with gate:
                     data = await self._once(client, body)
                 usage = data.get("usage") or {}
-                return {"cache_key": cache_key, "raw_response": self.sampling.prefill + (data["choices"][0]["message"]["content"] or ""),
+                return {"cache_key": cache_key, "raw_response": data["choices"][0]["message"]["content"] or "",
                         "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
                         "latency_s": time.perf_counter() - start, "attempts": attempt, "error": None}
             except RetryableError as exc:

@@ -99,6 +99,8 @@ def synthesize_tracked(parent: RunRef, seeds: SeedSource, out: str, config: Synt
         log_metrics(run.tracking_uri, run.run_id, synthesis_metrics(summary))
         log_dict(run.tracking_uri, run.run_id, summary, "synthesis/summary.json")
         log_dict(run.tracking_uri, run.run_id, _sample(out, out_options or seeds.storage_options), "synthesis/sample.json")
+        if summary.get("report"):
+            _log_text_file(run, summary["report"], out_options or seeds.storage_options, "synthesis")
         tags = {"dualview.prompt_version": summary["prompt_version"], "dualview.seed_fingerprint": summary["seed_fingerprint"],
                 "dualview.source_fingerprint": summary["source_fingerprint"]}
         run.set_tags(tags)
@@ -114,8 +116,21 @@ def _sample(out: str, storage_options: dict, rows: int = 20) -> dict:
     options = dict(storage_options)
     dual_views = read_table(f"{out}/dual_views.parquet", DUAL_VIEW_ROW, options).slice(0, rows).to_pylist()
     rejections = read_table(f"{out}/rejections.parquet", SYNTHESIS_RECORD, options).slice(0, rows).to_pylist()
-    keep = ("seed_key", "target_index", "rejection", "raw_response", "instruction")
+    keep = ("seed_key", "query_id", "query", "original_instruction", "target_index", "rejection", "raw_response", "instruction")
     return {"dual_views": dual_views, "rejections": [{k: r[k] for k in keep} for r in rejections]}
+
+
+def _log_text_file(run: RunRef, path: str, storage_options: dict, folder: str) -> None:
+    """A text file of the output (local or s3://) as an artifact of the run."""
+    import posixpath
+
+    import fsspec
+
+    from tasks.tracking import mlflow_client
+
+    with fsspec.open(path, "r", encoding="utf-8", **dict(storage_options)) as f:
+        text = f.read()
+    mlflow_client(run.tracking_uri).log_text(run.run_id, text, f"{folder}/{posixpath.basename(path)}")
 
 
 @task(name="train", cache_policy=NO_CACHE)

@@ -2,9 +2,12 @@
 
 The run reads and validates the seeds (bad rows to OUT/quarantine.parquet), plans which calls are
 not yet cached, streams only those through the engine inside a Ray Data pipeline, and publishes each
-finished group of answers as one shard. Then it derives the dual-view rows and the rejections for
-the current seeds and records the run in the manifest. Killed at any moment, a re-run picks up
-exactly where the published shards end.
+finished group of answers as one shard. A row whose prompt cannot fit the engine's context is
+rejected before the engine (prompt_too_long); a row the engine fails on is recorded with its reason,
+so every planned row ends as a record. With `verify`, accepted rows get a second, cached call
+(tasks/verification.py). Then it derives the dual-view rows, the rejections and report.md for the
+current seeds and records the run in the manifest. Killed at any moment, a re-run picks up exactly
+where the published shards end.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from dualview_core.parsing import Rejection, judge
 from dualview_core.prompting import default_template, prompt_version, render
 from dualview_core.seeds import select_synthesis_seeds
 from dualview_core.sources import source_fingerprint
-from dualview_core.synthesis import CostSummary, EngineResult, WorkItem, plan, record
+from dualview_core.synthesis import (CostSummary, EngineResult, WorkItem, outcomes, plan, prompt_too_long, record,
+                                     seed_fields)
+from dualview_core.synthesis_report import render_report
 from tasks.progress import duration
 from tasks.record_store import RecordStore
 
@@ -48,7 +53,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         seeds = [row for batch in batches for row in select_synthesis_seeds(batch).to_pylist()][: cfg.limit]
         template = default_template()
         version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.model_dump(mode="json")
-        cached = store.records()
+        cached = store.records(cfg.max_error_runs)
         work = plan(seeds, set(cached), store.manifest().get("seeds", {}), per_negative=cfg.per_negative,
                     prompt_version=version, model_id=model_id, sampling=sampling)
         progress(f"synthesis: {len(seeds)} seeds, {len(work.pending)} to send, {len(work.cached)} cached "
@@ -56,9 +61,15 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         costs = CostSummary()
         ask = _Asking(cfg, template, version, model_id, sampling)
         fresh = _call_engine(work.pending, ask, store, costs, progress) if work.pending else {}
-        records = [cached.get(i.cache_key) or fresh.get(i.cache_key) for i in work.cached + work.pending]
-        records = [r for r in records if r is not None]
-        dual_views = _write_outputs(store, work.cached + work.pending, records, out_options)
+        items = work.cached + work.pending
+        records = [{**(cached.get(i.cache_key) or fresh[i.cache_key]), **seed_fields(i.seed)} for i in items]
+        if cfg.verify:
+            from tasks.verification import verify
+
+            records = verify(items, records, cfg, store, costs, progress)
+        dual_views = _write_outputs(store, items, records, out_options)
+        counts = outcomes(records)
+        report = store.write_text("report.md", render_report(records, counts, prompt_version=version, model_id=model_id))
         summary = {
             "seeds": validator.report.as_dict(),
             "synthesis_seeds": len(seeds),
@@ -66,6 +77,8 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             "cost": costs.as_dict(time.perf_counter() - start),
             "dual_views": dual_views,
             "rejected": len(records) - dual_views,
+            "outcomes": counts,
+            "report": report,
             "prompt_version": version,
             "model_id": model_id,
             "seed_fingerprint": content_digest(work.seeds.values()),
@@ -89,45 +102,75 @@ class _Asking:
 
 def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, costs: CostSummary,
                  progress: Progress) -> dict[str, dict]:
-    import ray
-
-    from tasks.engines import make_engine, start_wait
+    """A record for every pending item: rejected before the engine, answered, or failed."""
+    from tasks.engines import answer_batches, start_wait
     from tasks.llm_models import resolve_llm
     from tasks.progress import Meter, waiting
     from tasks.ray_runtime import ensure_ray
 
     cfg = ask.cfg
-    ensure_ray(cfg.ray_address)
     model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir, progress) if cfg.engine == "vllm" else None
-    engine = make_engine(cfg, model_path)
     items = {i.cache_key: i for i in pending}
     rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template)} for i in pending]
-    ds = engine.transform(ray.data.from_items(rows))
-    geometry = _geometry(cfg)
     fresh: dict[str, dict] = {}
     meter = Meter("synthesis", len(pending), "rows", progress, every_s=PROGRESS_EVERY_S)
-    with waiting("synthesis", *start_wait(cfg), emit=progress) as wait:
-        for batch in ds.iter_batches(batch_size=cfg.shard_rows, batch_format="pyarrow"):
-            first = not fresh
-            costs.mark_answers(batch.num_rows)
-            shard = _records(batch.to_pylist(), items, ask, geometry)
-            store.write_shard(shard)
-            for rec in shard:
-                costs.add(rec)
-                fresh[rec["cache_key"]] = rec
-            if first:  # the rate counts from here: the engine answered this batch while it was starting
-                progress(f"synthesis: engine ready after {duration(wait.stop())}; {len(shard)}/{len(pending)} answered")
-                meter.start(already=len(shard))
-            else:
-                meter.advance(len(shard), f"{costs.accepted} accepted")
+
+    def publish(results: list[dict]) -> int:
+        costs.mark_answers(len(results))
+        shard = _records(results, items, ask, geometry)
+        store.write_shard(shard)
+        for rec in shard:
+            costs.add(rec)
+            fresh[rec["cache_key"]] = rec
+        return len(shard)
+
+    geometry = _geometry(cfg)
+    rows, too_long = _fit(rows, cfg, model_path)
+    if too_long:
+        progress(f"synthesis: {len(too_long)} prompt(s) too long for the engine's context, rejected before sending")
+        meter.start(already=publish(too_long))
+    if rows:
+        ensure_ray(cfg.ray_address)
+        with waiting("synthesis", *start_wait(cfg), emit=progress) as wait:
+            for n, results in enumerate(answer_batches(cfg, model_path, rows)):
+                answered = publish(results)
+                if n == 0:  # the rate counts from here: the engine answered this batch while it was starting
+                    progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
+                    meter.start(already=answered)
+                else:
+                    meter.advance(answered, f"{costs.accepted} accepted")
+    missing = [k for k in items if k not in fresh]  # never left without a record (and retried later)
+    if missing:
+        meter.advance(publish([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
+                               for k in missing]), "engine returned no row for these")
     return fresh
+
+
+def _fit(rows: list[dict], cfg: SynthesisConfig, model_path: str | None) -> tuple[list[dict], list[dict]]:
+    """(rows to send, results for rows whose prompt + max_tokens exceeds the engine's context)."""
+    from tasks.engines import prompt_counter
+
+    counter = prompt_counter(cfg, model_path)
+    if counter is None:
+        return rows, []
+    count, context = counter
+    send, rejected = [], []
+    for row in rows:
+        tokens = count(row["messages"])
+        error = prompt_too_long(tokens, cfg.sampling.max_tokens, context)
+        if error:
+            rejected.append({"cache_key": row["cache_key"], "raw_response": None, "prompt_tokens": tokens,
+                             "attempts": 0, "error": error})
+        else:
+            send.append(row)
+    return send, rejected
 
 
 def _records(results: list[dict], items: dict[str, WorkItem], ask: _Asking, geometry) -> list[dict]:
     judged = []
     for r in results:
         item = items[r["cache_key"]]
-        result = EngineResult(**{k: r.get(k) for k in EngineResult.__slots__})
+        result = EngineResult(**{k: r[k] for k in EngineResult.__slots__ if k in r})
         judged.append((item, result, judge(result.raw_response, item.seed["instruction"], item.seed["query"], ask.cfg.guards)))
     deltas = geometry(judged) if geometry else [None] * len(judged)
     out = []

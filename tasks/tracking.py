@@ -193,4 +193,6 @@ def synthesis_metrics(summary: Mapping) -> dict[str, float]:
     out |= {f"synthesis/plan/{k}": v for k, v in plan.items()}
     out |= {"synthesis/dual_views": summary["dual_views"], "synthesis/rejected": summary["rejected"],
             "synthesis/quarantined_seeds": summary["seeds"]["quarantined"]}
+    if outcomes := summary.get("outcomes"):  # over all current seeds, cached answers included
+        out |= {f"synthesis/outcomes/{reason}": n for reason, n in outcomes["by_reason"].items()}
     return out

@@ -13,6 +13,8 @@ def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
     base = SynthesisConfig.production() if args.production else SynthesisConfig()
     update: dict = {"engine": args.engine, "per_negative": args.per_negative, "geometry_filter": args.geometry_filter,
                     "limit": args.limit, "ray_address": args.ray_address}
+    if args.verify:
+        update["verify"] = True
     if args.shard_rows:
         update["shard_rows"] = args.shard_rows
     if args.model and args.engine == "vllm":
@@ -28,8 +30,11 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     from tasks.synthesis import run_synthesis
 
     stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
+    from flows.commands.train import stdout_to_stderr
+
     cfg = config_from_args(args)
-    summary = run_synthesis(args.seeds, args.out, cfg, storage_options(args), progress=lambda m: print(m, file=sys.stderr))
+    with stdout_to_stderr():  # libraries loaded on the way (tokenizers, DeepSpeed's probe) print to stdout
+        summary = run_synthesis(args.seeds, args.out, cfg, storage_options(args), progress=lambda m: print(m, file=sys.stderr))
     print_json(summary)
     return EXIT_OK
 
@@ -46,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard-rows", type=int, help="rows per published output shard")
     p.add_argument("--per-negative", action="store_true", help="one reversed view per instruction negative")
     p.add_argument("--geometry-filter", action="store_true", help="keep only rows the frozen encoder agrees with")
+    p.add_argument("--verify", action="store_true", help="a second call per accepted row to confirm the reversal")
     p.add_argument("--production", action="store_true", help="start from the 80B GPU profile instead of the CPU one")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     add_endpoint_flag(p)

@@ -18,7 +18,8 @@ SECRET = "sk-test-do-not-leak-1234"
 
 
 class Script:
-    """Answers in order: an int is an HTTP status, a float a delay in seconds before answering 200."""
+    """Answers in order: an int is an HTTP status, a float a delay in seconds before answering 200.
+    It continues a prefill and echoes it back, as vLLM's server does."""
 
     def __init__(self, steps):
         self.steps, self.seen = list(steps), []
@@ -40,7 +41,9 @@ class Script:
             step = 200
         if step != 200:
             return web.json_response({"error": "scripted"}, status=step)
-        return web.json_response({"choices": [{"message": {"content": "Only X.</new_instruction>"}}],
+        body = self.seen[-1]["body"]
+        echoed = body["messages"][-1]["content"] if body.get("echo") and body.get("continue_final_message") else ""
+        return web.json_response({"choices": [{"message": {"content": echoed + "Only X.</new_instruction>"}}],
                                   "usage": {"prompt_tokens": 11, "completion_tokens": 3}})
 
 
@@ -78,7 +81,7 @@ def test_success_carries_prefill_usage_and_continuation_flags(server):
     assert (result["prompt_tokens"], result["completion_tokens"], result["attempts"], result["error"]) == (11, 3, 1, None)
     body = script.seen[0]["body"]
     assert body["messages"][-1] == {"role": "assistant", "content": "<answer><new_instruction>"}
-    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False and body["echo"] is True
 
 
 def test_retries_5xx_and_429_then_succeeds(server):
@@ -119,3 +122,150 @@ def test_concurrency_is_bounded(server):
     results = complete(url, rows=6, concurrency=2)
     assert all(r["error"] is None for r in results)
     assert script.peak == 2 and len(script.seen) == 6
+
+
+# --- a server that answers from scratch, and one that continues the prefill -----------------------
+
+CHATTER = "Sure! Here is a new instruction: focus on measurements."
+
+
+def scripted_instruction(i: int) -> str:
+    return f"Find studies that report measured results for setting number {i}, not general advice."
+
+
+class Writer:
+    """A scripted model behind an OpenAI-compatible endpoint. Per seed (found by its QUERY line) it
+    writes a clean answer, a think block + a stray line + the answer, or tagless chatter. With
+    `honours_prefill` it continues `continue_final_message` and echoes the prefill, as vLLM's server
+    does; without, it ignores both and answers from scratch, as many hosted servers do. Verification
+    requests get three yeses for even-numbered seeds and a 'no' for odd ones."""
+
+    def __init__(self, kinds: dict[str, tuple[int, str]], honours_prefill: bool):
+        self.kinds, self.honours_prefill, self.calls = kinds, honours_prefill, 0
+
+    def reply(self, body: dict) -> str:
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        i, kind = self.kinds[user.split("\n", 1)[0].removeprefix("QUERY: ")]
+        last = body["messages"][-1]
+        honoured = self.honours_prefill and body.get("continue_final_message") and last["role"] == "assistant"
+        if user.split("\n")[1].startswith("INSTRUCTION:"):  # the verification prompt
+            verdict = "yes" if i % 2 == 0 else "no"
+            full = f"<verdict><satisfies>{verdict}</satisfies><violates>yes</violates><on_topic>yes</on_topic></verdict>"
+            return last["content"] + full.removeprefix(last["content"]) if honoured else full
+        if honoured:  # the model goes on from '<answer><new_instruction>' and stops at the closing tag
+            return last["content"] + (CHATTER if kind == "chatter" else scripted_instruction(i))
+        return {"clean": f"<answer><new_instruction>{scripted_instruction(i)}</new_instruction></answer>",
+                "think": f"<think>A is about kits, B about numbers.</think>\nReasoning done.\n"
+                         f"<answer><new_instruction>{scripted_instruction(i)}</new_instruction></answer>",
+                "chatter": CHATTER}[kind]
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.calls += 1
+        content = self.reply(await request.json())
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": content}}],
+                                  "usage": {"prompt_tokens": 700, "completion_tokens": 20}})
+
+
+def thirty_seeds(tmp_path) -> tuple[str, dict[str, tuple[int, str]]]:
+    """The first 30 eligible sample seeds, and the scripted mix: 18 clean, 5 think + line, 7 chatter."""
+    import json as _json
+
+    from dualview_core import samples
+
+    rows = [_json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    rows = [r for r in rows if r["has_instruction"] and r["new_negatives"]][:30]
+    path = tmp_path / "seeds.jsonl"
+    path.write_text("".join(_json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    kinds = {r["only_query"]: (i, "clean" if i < 18 else "think" if i < 23 else "chatter") for i, r in enumerate(rows)}
+    return str(path), kinds
+
+
+def start_writer(writer: Writer, started: list) -> str:
+    port = free_port()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", writer.handle)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    started.append((loop, runner))
+    return f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.mark.slow
+def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_or_not(tmp_path):
+    import pyarrow.parquet as pq
+
+    from dualview_core.config import SynthesisConfig
+    from tasks.synthesis import run_synthesis
+
+    seeds, kinds = thirty_seeds(tmp_path)
+    results, started = {}, []
+    try:
+        for honours in (False, True):
+            writer = Writer(kinds, honours)
+            cfg = SynthesisConfig(engine="openai", verify=honours, shard_rows=8,
+                                  openai=OpenAIEngineConfig(base_url=start_writer(writer, started), model="scripted", concurrency=4))
+            out = tmp_path / f"out-{honours}"
+            summary = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
+            views = pq.read_table(out / "dual_views.parquet").to_pylist()
+            rejections = pq.read_table(out / "rejections.parquet").to_pylist()
+            results[honours] = (summary, views, rejections, writer.calls)
+            if honours:
+                again = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
+                assert writer.calls == results[honours][3] and again["cost"]["verify_rows"] == 0
+                assert again["outcomes"] == summary["outcomes"]
+    finally:
+        for loop, runner in started:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
+            loop.call_soon_threadsafe(loop.stop)
+
+    scratch, views, rejections, calls = results[False]
+    assert calls == 30 and scratch["outcomes"] == {"accepted": 23, "rejected": 7, "by_reason": {"no_answer": 7}}
+    assert {v["instruction"] for v in views} == {scripted_instruction(i) for i in range(23)}  # nothing merged in
+    assert all(r["query_id"] and r["query"] and r["original_instruction"] for r in rejections)
+    honoured, views_h, rejections_h, calls_h = results[True]
+    assert calls_h == 30 + 23  # the first pass, then one verification per accepted row
+    # the first pass accepts the same 23; chatter written inside the tags is caught by the guards
+    assert honoured["cost"]["accepted"] == 23 and honoured["cost"]["rejections"] == {"chatter": 7}
+    assert honoured["cost"]["verify_checked"] == 23 and honoured["cost"]["verify_failed"] == 11
+    assert honoured["outcomes"] == {"accepted": 12, "rejected": 18, "by_reason": {"chatter": 7, "unverified": 11}}
+    assert {v["instruction"] for v in views_h} == {scripted_instruction(i) for i in range(0, 23, 2)}
+    report = (tmp_path / "out-True" / "report.md").read_text(encoding="utf-8")
+    assert honoured["report"].endswith("report.md") and "| rejected: unverified | 11 |" in report
+
+
+@pytest.mark.slow
+def test_an_old_format_cache_is_reused_with_no_new_calls(tmp_path):
+    """Shards written under SynthesisRecord/1 (no seed columns) still answer their keys."""
+    import pyarrow.parquet as pq
+
+    from dualview_core.config import SynthesisConfig
+    from dualview_core.contracts import SYNTHESIS_RECORD_V2_COLUMNS
+    from tasks.synthesis import run_synthesis
+
+    seeds, kinds = thirty_seeds(tmp_path)
+    kinds = {q: (i, "chatter" if i % 2 else "clean") for q, (i, _) in kinds.items()}
+    started: list = []
+    writer = Writer(kinds, honours_prefill=False)
+    try:
+        cfg = SynthesisConfig(engine="openai", limit=6, shard_rows=3,
+                              openai=OpenAIEngineConfig(base_url=start_writer(writer, started), model="scripted"))
+        out = tmp_path / "out"
+        first = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
+        for shard in (out / "records").glob("part-*.parquet"):  # rewrite the cache as version 1 wrote it
+            table = pq.read_table(shard).drop_columns(list(SYNTHESIS_RECORD_V2_COLUMNS))
+            pq.write_table(table.replace_schema_metadata({"contract": "SynthesisRecord/1"}), shard)
+        assert "query_id" not in pq.read_table(next((out / "records").glob("part-*.parquet"))).column_names
+        calls = writer.calls
+        again = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
+    finally:
+        for loop, runner in started:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
+            loop.call_soon_threadsafe(loop.stop)
+    assert calls == 6 and writer.calls == 6 and again["plan"]["cached"] == 6 and again["cost"]["engine_rows"] == 0
+    assert again["outcomes"] == first["outcomes"]
+    rejections = pq.read_table(out / "rejections.parquet").to_pylist()
+    assert len(rejections) == 3 and all(r["query_id"] and r["query"] and r["original_instruction"] for r in rejections)
+    assert pq.read_table(out / "dual_views.parquet").num_rows == first["dual_views"] == 3

@@ -1,7 +1,8 @@
 """Synthesis with real engines: vLLM's CPU build through Ray Data, and vLLM's OpenAI-compatible server.
 
 Also: a run killed with SIGKILL resumes to exactly the rows of an uninterrupted run; changing k seed
-rows costs exactly k engine calls (counted by the server itself); no change costs none.
+rows costs exactly k engine calls (counted by the server itself); no change costs none; a seed whose
+prompt does not fit the context is one rejected row, not a failed run; an old-format cache is reused.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dualview_core import samples
-from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
+from dualview_core.config import OpenAIEngineConfig, SamplingConfig, SynthesisConfig
 from tasks.llm_models import resolve_llm
 from tasks.synthesis import run_synthesis
 from tests.integration.conftest import free_port, wait_for_port
@@ -38,20 +39,61 @@ def shard_keys(out: Path) -> list[str]:
     return [k for shard in sorted((out / "records").glob("part-*.parquet")) for k in pq.read_table(shard).column("cache_key").to_pylist()]
 
 
-def test_vllm_engine_through_ray_data(tmp_path):
-    out = tmp_path / "syn"
-    cfg = SynthesisConfig(limit=8, shard_rows=4, model_cache_dir=str(MODEL_CACHE))
-    summary = run_synthesis(samples.seeds_path(), str(out), cfg, progress=lambda m: None)
+def seeds_with_a_long_one(tmp_path: Path, normal: int) -> Path:
+    """`normal` eligible sample seeds, then one whose passages (~6.9k characters each, under the
+    validation limit) push its prompt past the CPU profile's 2048-token context."""
+    rows = [json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    rows = [r for r in rows if r["has_instruction"] and r["new_negatives"]][:normal]
+    long = json.loads(json.dumps(rows[0]))
+    long["query_id"] = "long-passages"
+    for name in ("positive_passages", "new_negatives", "negative_passages"):
+        for i, p in enumerate(long[name]):
+            p["docid"], p["text"] = f"long-{name}-{i}", (p["text"] + " ") * (6900 // (len(p["text"]) + 1))
+    path = tmp_path / "seeds.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + [long]), encoding="utf-8")
+    return path
+
+
+def test_vllm_engine_through_ray_data_with_an_over_long_seed(tmp_path):
+    out, seeds = tmp_path / "syn", seeds_with_a_long_one(tmp_path, 8)
+    cmd = [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", str(seeds), "--out", str(out),
+           "--shard-rows", "4"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    (out / "summary.json").write_text(done.stdout)  # kept for a look at the numbers
     dual_views, rejections = outputs(out)
-    assert summary["plan"]["pending"] == 8 and summary["cost"]["engine_rows"] == 8
-    assert len(dual_views) + len(rejections) == 8 == summary["dual_views"] + summary["rejected"]
-    assert summary["cost"]["prompt_tokens"] > 8 * 500  # the real prompt went through the real engine
-    assert all(r["raw_response"].startswith("<answer><new_instruction>") for r in rejections if r["rejection"] != "engine_error")
+    assert summary["plan"]["pending"] == 9 and summary["cost"]["engine_rows"] == 9
+    assert len(dual_views) + len(rejections) == 9 == summary["dual_views"] + summary["rejected"]
+    assert summary["outcomes"]["accepted"] + summary["outcomes"]["rejected"] == 9
+    [long] = [r for r in rejections if r["query_id"] == "long-passages"]
+    assert long["rejection"] == "prompt_too_long" and long["attempts"] == 0 and long["prompt_tokens"] > 2048 - 64
+    assert summary["cost"]["prompt_tokens"] > 8 * 500  # the real prompts went through the real engine
+    assert summary["cost"]["attempts"] == 8  # the long one never reached it
+    assert all(r["raw_response"].startswith("<answer><new_instruction>") for r in rejections if r["attempts"])
     assert all(r["rejection"] for r in rejections) and all(r["instruction"] for r in dual_views)
-    assert len(shard_keys(out)) == 8 and len(list((out / "records").glob("part-*.parquet"))) == 2
-    again = run_synthesis(samples.seeds_path(), str(out), cfg, progress=lambda m: None)
-    assert again["plan"] == {"pending": 0, "cached": 8, "new": 0, "changed": 0, "removed": 0, "unchanged": 8}
+    assert all(r["query"] and r["original_instruction"] for r in rejections)
+    assert len(shard_keys(out)) == 9 and (out / "report.md").is_file() and summary["report"] == f"{out}/report.md"
+    cfg = SynthesisConfig(shard_rows=4, model_cache_dir=str(MODEL_CACHE))
+    again = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
+    assert again["plan"] == {"pending": 0, "cached": 9, "new": 0, "changed": 0, "removed": 0, "unchanged": 9}
     assert again["cost"]["engine_rows"] == 0 and outputs(out) == (dual_views, rejections)
+
+
+def test_a_row_the_engine_fails_on_is_a_complete_final_record(tmp_path, monkeypatch):
+    """With the length check off, the long prompt reaches vLLM, which fails that row alone."""
+    import tasks.engines
+
+    monkeypatch.setattr(tasks.engines, "prompt_counter", lambda cfg, model_path: None)
+    out, seeds = tmp_path / "syn", seeds_with_a_long_one(tmp_path, 2)
+    cfg = SynthesisConfig(shard_rows=4, model_cache_dir=str(MODEL_CACHE), sampling=SamplingConfig(
+        max_tokens=16, repetition_penalty=1.15, prefill="<answer><new_instruction>", stop=("</new_instruction>",)))
+    summary = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
+    assert summary["outcomes"]["accepted"] + summary["outcomes"]["rejected"] == 3
+    [long] = [r for r in outputs(out)[1] if r["query_id"] == "long-passages"]
+    assert long["rejection"] == "prompt_too_long" and long["attempts"] == 1 and "maximum" in long["raw_response"]
+    again = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
+    assert again["plan"]["pending"] == 0  # final: not retried on every run
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +148,11 @@ def test_openai_engine_and_incremental_cost(server, tmp_path):
     assert served_requests(server) - before == 10
     assert first["cost"]["engine_rows"] == 10 and first["cost"]["prompt_tokens"] > 10 * 500
     assert first["dual_views"] + first["rejected"] == 10
+    # vLLM's server continues the prefill and echoes it back: every reply is prefill + continuation,
+    # and no accepted instruction holds a tag or chatter
+    dual_views, rejections = outputs(out)
+    assert all(r["raw_response"].startswith("<answer><new_instruction>") for r in rejections if r["attempts"])
+    assert all("<" not in v["instruction"] and not v["instruction"].lower().startswith("sure") for v in dual_views)
 
     rows = [json.loads(line) for line in seeds.read_text(encoding="utf-8").splitlines()]
     eligible = [r for r in rows if r["has_instruction"]][:10]

@@ -90,3 +90,76 @@ def test_cost_summary_adds_up():
     assert out["rejections"] == {"none": 1} and out["attempts"] == 4
     assert (out["prompt_tokens"], out["completion_tokens"], out["engine_seconds"]) == (220, 15, 3.0)
     assert out["rows_per_s"] == 0.5 and out["tokens_per_s"] == pytest.approx(235 / 4, abs=0.05)
+
+
+def test_engine_errors_that_cannot_succeed_on_retry_are_final():
+    from dualview_core.synthesis import error_rejection
+
+    assert error_rejection("prompt_too_long: 2100 prompt tokens + 64 max_tokens > 2048 context") == Rejection.PROMPT_TOO_LONG
+    assert error_rejection("ValueError: The decoder prompt (length 2500) is longer than the maximum model length of 2048.") \
+        == Rejection.PROMPT_TOO_LONG
+    assert error_rejection('RuntimeError: HTTP 400: {"message": "This model\'s maximum context length is 2048 tokens"}') \
+        == Rejection.PROMPT_TOO_LONG
+    assert error_rejection("RuntimeError: HTTP 404: no such model") == Rejection.INVALID_REQUEST
+    assert error_rejection("ValueError: bad sampling params") == Rejection.INVALID_REQUEST
+    for transient in ("ReadTimeout", "ConnectError", "HTTP 503", "engine returned no row", "RuntimeError: EngineDead"):
+        assert error_rejection(transient) == Rejection.ENGINE_ERROR
+    it = item()
+    rec = record(it, EngineResult(it.cache_key, None, attempts=1, error="RuntimeError: HTTP 422: bad"), Parsed(None, None), **ASK)
+    assert rec["rejection"] == Rejection.INVALID_REQUEST and is_final(rec)
+
+
+def test_prompt_too_long_counts_the_answer_room():
+    from dualview_core.synthesis import prompt_too_long
+
+    assert prompt_too_long(1984, 64, 2048) is None
+    assert prompt_too_long(1985, 64, 2048) == "prompt_too_long: 1985 prompt tokens + 64 max_tokens > 2048 context"
+
+
+def test_transient_failures_are_retried_in_a_bounded_number_of_runs():
+    from dualview_core.synthesis import final_records
+
+    def failure(key, n):
+        return {"cache_key": key, "rejection": "engine_error", "raw_response": f"ReadTimeout {n}"}
+
+    ok = {"cache_key": "b", "rejection": None, "raw_response": "fine"}
+    history = [failure("a", 1), failure("b", 1), ok, failure("a", 2)]
+    assert set(final_records(history, 3)) == {"b"}  # a failed in 2 runs: retried again
+    assert final_records(history + [failure("a", 3)], 3)["a"]["raw_response"] == "ReadTimeout 3"  # now final
+    assert final_records(history + [failure("b", 2), failure("b", 3)], 3)["b"] is ok  # a success wins
+
+
+def test_records_carry_the_seed_and_outcomes_reconcile():
+    from dualview_core.synthesis import outcomes
+
+    it = item()
+    rec = record(it, EngineResult(it.cache_key, "<answer>…", 900, 20), Parsed("Only X.", None), **ASK)
+    assert (rec["query_id"], rec["query"], rec["original_instruction"]) == (
+        "a", "how do I store a seeds", "Only guidance for home gardeners is relevant.")
+    recs = [rec, {**rec, "rejection": "chatter"}, {**rec, "rejection": "chatter"}, {**rec, "rejection": "prompt_too_long"}]
+    assert outcomes(recs) == {"accepted": 1, "rejected": 3, "by_reason": {"chatter": 2, "prompt_too_long": 1}}
+
+
+def test_rows_rejected_before_the_engine_cost_no_tokens_and_verification_is_counted():
+    it = item()
+    costs = CostSummary()
+    costs.add(record(it, EngineResult(it.cache_key, None, 5000, attempts=0, error="prompt_too_long: …"), Parsed(None, None), **ASK))
+    costs.add_verification({"rejection": None, "prompt_tokens": 300, "completion_tokens": 20}, fresh=True)
+    costs.add_verification({"rejection": "unverified", "prompt_tokens": 310, "completion_tokens": 22}, fresh=False)
+    out = costs.as_dict(wall_seconds=1.0)
+    assert out["prompt_tokens"] == 0 and out["rejections"] == {"prompt_too_long": 1} and out["attempts"] == 0
+    assert (out["verify_rows"], out["verify_prompt_tokens"], out["verify_completion_tokens"]) == (1, 300, 20)
+    assert (out["verify_checked"], out["verify_failed"], out["verify_disagreement_rate"]) == (2, 1, 0.5)
+
+
+def test_a_version_1_record_table_is_read_as_version_2():
+    from dualview_core.contracts import SYNTHESIS_RECORD_V2_COLUMNS, upgrade_synthesis_record
+
+    it = item()
+    rec = record(it, EngineResult(it.cache_key, "<answer>…", 900, 20), Parsed("Only X.", None), **ASK)
+    v1 = pa.Table.from_pylist([{k: v for k, v in rec.items() if k not in SYNTHESIS_RECORD_V2_COLUMNS}])
+    with pytest.raises(Exception, match="missing column"):
+        conform(v1, SYNTHESIS_RECORD)
+    [back] = conform(upgrade_synthesis_record(v1), SYNTHESIS_RECORD).to_pylist()
+    assert back == {**rec, "query_id": None, "query": None, "original_instruction": None}
+    assert SYNTHESIS_RECORD.metadata[b"contract"] == b"SynthesisRecord/2"
