@@ -29,6 +29,6 @@ def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
         headline = log_headline(run, config, synthesis, trained, reports)
     table = comparison_table(reports, headline)
     print("\n" + table)
-    return {"mlflow_run_id": run.run_id, "synthesis": synthesis, "checkpoint": trained["checkpoint"],
+    return {"mlflow_run_id": run.run_id, "mlflow_experiment_id": run.experiment_id, "synthesis": synthesis, "checkpoint": trained["checkpoint"],
             "metrics": {label: r.as_dict(with_per_query=False)["metrics"] for label, r in reports.items()},
             "headline": headline, "table": table}

@@ -72,6 +72,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\ndone in {minutes:.1f} min; MLflow run {result['mlflow_run_id']} in experiment '{config.name}'")
     print(f"  checkpoint: {result['checkpoint']}")
     print("  MLflow UI : .venv/bin/mlflow ui --backend-store-uri " + config.tracking_uri + " --port 5000")
+    print(f"              then http://127.0.0.1:5000/#/experiments/{result['mlflow_experiment_id']}/runs?workflowType=machine_learning"
+          "  (Columns: pick trained/p-MRR, trained/score, delta/p-MRR)")
     print("  Prefect UI: PREFECT_HOME=.cache/prefect .venv/bin/prefect server start   (then http://127.0.0.1:4200)")
     return EXIT_OK
 

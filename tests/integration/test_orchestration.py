@@ -249,3 +249,83 @@ def test_pipeline_custom_run_form_shows_the_typed_config(services, browser, tmp_
     assert any(v.endswith("seeds.jsonl") for v in values), values  # the seeds path, editable in place
     assert page.get_by_text("vllm", exact=True).first.is_visible()  # the engine's current choice
     page.close()
+
+
+UI_HEADLINE = ("trained/p-MRR", "trained/score")
+
+
+def test_mlflow_experiment_page_compares_two_pipeline_runs(services, browser, tmp_path):
+    """Two pipeline runs through the deployment; the experiment's run table (in the browser) shows
+    both parents with their p-MRR and Score once those columns are picked, with the logged values."""
+    from mlflow.tracking import MlflowClient
+
+    env, s3, uri = services["env"], services["s3"], services["mlflow"]
+    options = {"client_kwargs": {"endpoint_url": s3}}
+    fs = s3fs.S3FileSystem(**options, key=SECRETS["AWS_ACCESS_KEY_ID"], secret=SECRETS["AWS_SECRET_ACCESS_KEY"])
+    bucket = f"dualview-ui-{uuid.uuid4().hex[:8]}"
+    fs.mkdir(bucket)
+    fs.put(samples.seeds_path(), f"{bucket}/seeds.jsonl")
+    config = {
+        "name": "it-ui", "seeds": {"path": f"s3://{bucket}/seeds.jsonl", "storage_options": options},
+        "workdir": f"s3://{bucket}/runs", "synthesis": {"limit": 4, "shard_rows": 4},
+        "training": {"mixture": {"name": "ins-orig", "size": 4}, "max_length": 64, "batch_size": 4, "max_steps": 2, "eval_every": 0},
+        "evaluation": {"max_length": 64, "bootstrap_resamples": 200}, "tracking_uri": uri, "artifact_location": None,
+    }
+    logs = []
+    for _ in range(2):  # the second run finds its synthesis cached
+        result = run_deployment(env, "pipeline/pipeline", {"config": config})
+        assert result["state"] == "COMPLETED", result
+        logs.append(result["logs"])
+    # the flow-run log says what each long stage waits for, then how fast it goes
+    assert any(m.startswith("synthesis: starting the vLLM engine (smollm2, on CPU") for m in logs[0]), logs[0]
+    assert any(m.startswith("synthesis: engine ready after") for m in logs[0]), logs[0]
+    assert any(m.startswith("train: 2 optimizer steps to run") for m in logs[1]), logs[1]
+    assert any(m.startswith("evaluate trained: ") for m in logs[1]), logs[1]
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("it-ui")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    parents = client.search_runs([exp.experiment_id], filter_string="tags.`dualview.run_kind` = 'pipeline'")
+    assert len(parents) == 2  # one comparable row per pipeline run, nested stage runs excluded
+    for run in parents:
+        m = run.data.metrics
+        for name in ("trained/p-MRR", "trained/p-MRR_ci_low", "trained/p-MRR_ci_high", "base/p-MRR", "trained/score",
+                     "base/score", "delta/p-MRR", "delta/p-MRR_p_value", "delta/score", "train/final_loss", "train/steps"):
+            assert name in m, (name, sorted(m))
+        assert m["trained/p-MRR_ci_low"] <= m["trained/p-MRR"] <= m["trained/p-MRR_ci_high"]
+        assert 0 <= m["delta/p-MRR_p_value"] <= 1 and m["train/steps"] == 2
+        assert {d.dataset.name for d in run.inputs.dataset_inputs} == {
+            "seeds", "dual_views", "mixture/ins-orig", "followir/followir-sample"}
+        assert run.data.tags["dualview.synthesis_model"] == "smollm2" and run.data.tags["dualview.base_model"] == "minilm"
+    assert "synthesis/acceptance" in parents[0].data.metrics or "synthesis/acceptance" in parents[1].data.metrics
+
+    page = browser.new_page(viewport={"width": 2400, "height": 1200})
+    page.goto(f"{uri}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning")
+    for run in parents:
+        page.get_by_text(run.info.run_name, exact=True).first.wait_for(timeout=60_000)
+    page.get_by_role("button", name="Columns").click()  # as a person does: pick the headline columns
+    for metric in UI_HEADLINE:
+        page.get_by_placeholder("Search columns").fill(metric)
+        page.get_by_text(metric, exact=True).first.click()
+    page.keyboard.press("Escape")
+    for metric in UI_HEADLINE:
+        page.locator(f"[role=columnheader][col-id='metrics.`{metric}`']").wait_for(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "mlflow-runs.png"), full_page=True)
+    table = _rendered_rows(page)
+    for run in parents:
+        row = next((cells for cells in table.values() if run.info.run_name in cells.get("attributes.`Run Name`", "")), None)
+        assert row is not None, (run.info.run_name, table)
+        for metric in UI_HEADLINE:
+            shown = row.get(f"metrics.`{metric}`", "")
+            assert shown and abs(float(shown) - run.data.metrics[metric]) < 1e-6, (metric, shown, run.data.metrics[metric])
+    page.close()
+
+
+def _rendered_rows(page) -> dict[str, dict[str, str]]:
+    """The run table as rendered: row index -> column id -> cell text (pinned and scrolled parts joined)."""
+    rows: dict[str, dict[str, str]] = {}
+    for index, col, text in page.eval_on_selector_all(
+            "[role=row][row-index] [role=gridcell]",
+            "cells => cells.map(c => [c.closest('[role=row]').getAttribute('row-index'), c.getAttribute('col-id'), c.innerText.trim()])"):
+        rows.setdefault(index, {})[col] = text
+    return rows
