@@ -12,6 +12,9 @@ PIP := $(PY) -m pip
 
 install: $(VENV)/.installed
 
+# Building DeepSpeed's sdist probes for a Rust toolchain; where rustup's proxies are on PATH, that
+# probe writes ~/.rustup/settings.toml. No Rust build is needed: keep rustup's state in the project.
+$(VENV)/.installed: export RUSTUP_HOME := $(CURDIR)/.cache/rustup
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip

@@ -105,7 +105,7 @@ class Waiting:
 
 
 @contextlib.contextmanager
-def waiting(label: str, what: str, emit: Emit, detail: str = "", every_s: float = 30.0,
+def waiting(label: str, what: str, detail: str, emit: Emit, every_s: float = 30.0,
             clock: Callable[[], float] = time.monotonic) -> Iterator[Waiting]:
     """Say '<label>: <what> (<detail>)' now, then '<label>: still <what> (45 s so far)' every
     `every_s` seconds until `stop()` or the end of the block.

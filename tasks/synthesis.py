@@ -131,7 +131,7 @@ def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, cost
         meter.start(already=publish(too_long))
     if rows:
         ensure_ray(cfg.ray_address)
-        with waiting("synthesis", *start_wait(cfg), emit=progress) as wait:
+        with waiting("synthesis", *start_wait(cfg), progress) as wait:
             for n, results in enumerate(answer_batches(cfg, model_path, rows)):
                 answered = publish(results)
                 if n == 0:  # the rate counts from here: the engine answered this batch while it was starting

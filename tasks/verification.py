@@ -57,7 +57,7 @@ def _ask(todo: dict, cfg: SynthesisConfig, store: RecordStore, template: str, ve
             for k, (i, r) in todo.items()]
     fresh: dict[str, dict] = {}
     meter = Meter("verification", len(rows), "rows", progress, every_s=10.0)
-    with waiting("verification", *start_wait(pass_cfg), emit=progress) as wait:
+    with waiting("verification", *start_wait(pass_cfg), progress) as wait:
         for results in answer_batches(pass_cfg, model_path, rows):
             shard = [_record(res, *todo[res["cache_key"]], version, model_id, sampling) for res in results]
             store.write_shard(shard, folder=VERIFICATIONS)

@@ -51,7 +51,7 @@ def test_a_wait_is_announced_and_reminded_until_it_stops():
         if len(lines) >= 3:
             reminded.set()
 
-    with waiting("synthesis", "starting the vLLM engine", emit, detail="on CPU", every_s=0.01) as wait:
+    with waiting("synthesis", "starting the vLLM engine", "on CPU", emit, every_s=0.01) as wait:
         assert reminded.wait(5)
         wait.stop()
         count = len(lines)
