@@ -50,16 +50,8 @@ class Script:
 @pytest.fixture
 def server():
     def start(steps):
-        script, port = Script(steps), free_port()
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", script.handle)
-        loop = asyncio.new_event_loop()
-        runner = web.AppRunner(app)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        threading.Thread(target=loop.run_forever, daemon=True).start()
-        started.append((loop, runner))
-        return script, f"http://127.0.0.1:{port}/v1"
+        script = Script(steps)
+        return script, serve(script.handle, started)
 
     started: list = []
     yield start
@@ -181,9 +173,14 @@ def thirty_seeds(tmp_path) -> tuple[str, dict[str, tuple[int, str]]]:
 
 
 def start_writer(writer: Writer, started: list) -> str:
+    return serve(writer.handle, started)
+
+
+def serve(handler, started: list) -> str:
+    """An OpenAI-shaped chat endpoint on 127.0.0.1 answering with `handler`, on its own event loop."""
     port = free_port()
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", writer.handle)
+    app.router.add_post("/v1/chat/completions", handler)
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
