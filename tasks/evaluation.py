@@ -61,7 +61,8 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
 
     cfg = cfg or EvaluationConfig()
     load = load_eval_set(eval_set_path, storage_options=storage_options)
-    report = evaluate_model(Encoder(model, max_length=cfg.max_length), load.eval_set, cfg, benchmark)
+    encoder = Encoder(model, pooling=cfg.pooling, max_length=cfg.max_length)
+    report = evaluate_model(encoder, load.eval_set, cfg, benchmark)
     report.details.update(source=eval_set_path, quarantined=load.quarantined)
     if out_dir:
         write_outputs(report, out_dir, {"model": model, "config": cfg.model_dump()}, storage_options)
