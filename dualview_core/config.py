@@ -10,6 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dualview_core.model_folder import POOLING_MODES
+
+Pooling = Literal[POOLING_MODES]  # sentence-transformers' pooling modes, one owner: model_folder
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -253,13 +257,14 @@ class TrainingConfig(_Config):
         "minilm", description="Hugging Face model folder or id ('minilm' is the packaged MiniLM-L6 "
         "for CPU and tests; production uses e.g. gte-multilingual-mlm-base or bge-m3).",
     )
-    pooling: Literal["mean", "cls"] | None = Field(
+    pooling: Pooling | None = Field(
         None, description="Pooling of token states. None: what the model folder declares (mean for "
-        "a plain Hugging Face folder). bge-m3 was trained with cls.",
+        "a plain Hugging Face folder); the checkpoint declares the pooling it was trained with. "
+        "bge-m3 was trained with cls, LLM embedders with lasttoken.",
     )
     max_length: int = Field(
-        512, gt=0, description="Tokens kept per query and per document. Longer sees more of each "
-        "passage; cost grows faster than linearly.",
+        512, gt=0, description="Tokens kept per query and per document, at most the folder's own "
+        "max_seq_length. Longer sees more of each passage; cost grows faster than linearly.",
     )
     query_template: str = Field(
         "{query} {instruction}", description="How a query and its instruction become one string. "
@@ -330,8 +335,12 @@ class EvaluationConfig(_Config):
         "batches are length-sorted, so padding stays small either way.",
     )
     max_length: int = Field(
-        512, gt=0, description="Tokens kept per text. FollowIR documents are news articles: a "
-        "short limit is faster but scores a truncated document.",
+        512, gt=0, description="Tokens kept per text, at most the model folder's own max_seq_length. "
+        "FollowIR documents are news articles: a short limit is faster but scores a truncated document.",
+    )
+    pooling: Pooling | None = Field(
+        None, description="Pooling of token states. None: what the model folder declares; a plain "
+        "Hugging Face folder (no modules.json) has none and gets mean unless this says otherwise.",
     )
     query_template: str = Field(
         "{query} {instruction}", description="How a query and its instruction become one string "

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dualview_core.encoder import Encoder, query_text
-from dualview_core.retrieval import doc_text
+from dualview_core.retrieval import doc_text, unit
 
 
 def geometry_deltas(encoder: Encoder, queries: Sequence[str], instructions: Sequence[str],
@@ -21,8 +21,8 @@ def geometry_deltas(encoder: Encoder, queries: Sequence[str], instructions: Sequ
     n = len(queries)
     if n == 0:
         return []
-    with_instruction = encoder.encode([query_text(q, i) for q, i in zip(queries, instructions)])  # (n, dim)
-    bare = encoder.encode(list(queries))  # (n, dim)
-    docs = encoder.encode([doc_text(title, text) for title, text in targets])  # (n, dim)
+    with_instruction = unit(encoder.encode_query([query_text(q, i) for q, i in zip(queries, instructions)]))  # (n, dim)
+    bare = unit(encoder.encode_query(list(queries)))  # (n, dim)
+    docs = unit(encoder.encode_document([doc_text(title, text) for title, text in targets]))  # (n, dim)
     # rows are unit vectors, so the row-wise dot product is the cosine
     return [float(x) for x in (with_instruction * docs).sum(1) - (bare * docs).sum(1)]  # (n,)

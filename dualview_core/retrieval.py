@@ -6,8 +6,9 @@ Owns turning an encoder and an eval set into runs ({query_id: {doc_id: score}}).
 - full retrieval: each query against the whole corpus, keeping the top_k; exact brute force in
   numpy by default, or a FAISS index (an optional package, imported only when asked for).
 
-The encoder is anything with `encode(texts, batch_size=...) -> (n, dim) array`; `Encoder` batches
-by length already. Vectors are L2-normalised here again, so the score is a cosine whatever the
+The encoder is anything with `encode_query` / `encode_document(texts, batch_size=...) -> (n, dim)
+array` — `Encoder`, or a `SentenceTransformer` itself — so a folder's query and document prompts
+apply as sentence-transformers applies them; `Encoder` batches by length already. Vectors are L2-normalised here again, so the score is a cosine whatever the
 encoder returns. It knows nothing about metrics, files or services.
 
     >>> doc_text("Wind", "Subsidies rose.")
@@ -32,7 +33,9 @@ ViewQueries = Mapping[str, tuple[str, str]]  # query_id -> (query, instruction)
 
 
 class TextEncoder(Protocol):
-    def encode(self, texts: list[str], batch_size: int = ...) -> np.ndarray: ...
+    def encode_query(self, texts: list[str], batch_size: int = ...) -> np.ndarray: ...
+
+    def encode_document(self, texts: list[str], batch_size: int = ...) -> np.ndarray: ...
 
 
 def doc_text(title: str, text: str) -> str:
@@ -51,14 +54,14 @@ def encode_corpus(encoder: TextEncoder, eval_set: EvalSet, batch_size: int) -> t
     """(doc_ids, (n_docs, dim) unit vectors), in corpus order."""
     rows = eval_set.corpus.to_pylist()
     texts = [doc_text(r["title"], r["text"]) for r in rows]
-    return [r["doc_id"] for r in rows], unit(encoder.encode(texts, batch_size=batch_size))
+    return [r["doc_id"] for r in rows], unit(encoder.encode_document(texts, batch_size=batch_size))
 
 
 def encode_queries(encoder: TextEncoder, queries: ViewQueries, template: str, batch_size: int) -> tuple[list[str], np.ndarray]:
     """(query_ids, (n_queries, dim) unit vectors) of query ⊕ instruction, in `queries` order."""
     ids = list(queries)
     texts = [query_text(*queries[q], template=template) for q in ids]
-    return ids, unit(encoder.encode(texts, batch_size=batch_size))
+    return ids, unit(encoder.encode_query(texts, batch_size=batch_size))
 
 
 def rank_candidates(query_ids: Sequence[str], q_emb: np.ndarray, doc_ids: Sequence[str], d_emb: np.ndarray,

@@ -54,7 +54,8 @@ def write_outputs(report: EvalReport, out_dir: str, extra: Mapping[str, object] 
 
 
 class MeteredEncoder:
-    """An encoder whose `encode` reports progress (texts/s, ETA) on calls of at least `min_texts`.
+    """An encoder whose `encode_query` / `encode_document` report progress (texts/s, ETA) on calls
+    of at least `min_texts`.
 
     Texts are sorted by length once for the whole call and encoded in blocks of `block`, so the
     padding stays as small as the inner encoder's own length sort makes it; results come back in
@@ -65,18 +66,24 @@ class MeteredEncoder:
                  min_texts: int = 256):
         self.encoder, self.progress, self.label, self.block, self.min_texts = encoder, progress, label, block, min_texts
 
-    def encode(self, texts: list[str], batch_size: int = 64):
+    def encode_query(self, texts: list[str], batch_size: int = 64):
+        return self._metered(self.encoder.encode_query, "queries", texts, batch_size)
+
+    def encode_document(self, texts: list[str], batch_size: int = 64):
+        return self._metered(self.encoder.encode_document, "documents", texts, batch_size)
+
+    def _metered(self, encode, what: str, texts: list[str], batch_size: int):
         import numpy as np
 
         if len(texts) < self.min_texts:
-            return self.encoder.encode(texts, batch_size=batch_size)
+            return encode(texts, batch_size=batch_size)
         from tasks.progress import Meter
 
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        meter = Meter(f"{self.label}: encoding", len(texts), "texts", self.progress, every_s=10.0)
+        meter = Meter(f"{self.label}: encoding {what}", len(texts), "texts", self.progress, every_s=10.0)
         parts = []
         for start in range(0, len(order), self.block):
-            parts.append(self.encoder.encode([texts[i] for i in order[start : start + self.block]], batch_size=batch_size))
+            parts.append(encode([texts[i] for i in order[start : start + self.block]], batch_size=batch_size))
             meter.advance(len(parts[-1]))
         encoded = np.concatenate(parts)  # (len(texts), dim), in length order
         out = np.empty_like(encoded)
@@ -94,7 +101,7 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
 
     cfg = cfg or EvaluationConfig()
     load = load_eval_set(eval_set_path, storage_options=storage_options)
-    encoder = Encoder(model, max_length=cfg.max_length)
+    encoder = Encoder(model, pooling=cfg.pooling, max_length=cfg.max_length)
     if progress is not None:
         progress(f"{label}: {model} on {load.eval_set.name} ({load.eval_set.corpus.num_rows} docs, "
                  f"{load.eval_set.queries.num_rows} query rows)")

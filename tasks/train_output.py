@@ -4,8 +4,9 @@ Owns what may be written at `--out` — nothing is overwritten; a checkpoint thi
 published is recognised by its run fingerprint; an upload a crash cut short (no dualview.json yet)
 (remote outputs only: a local publish is one rename) is taken over only by the run whose saved
 state sits next to it — and how the checkpoint gets
-there: full fp32 weights gathered on rank 0 (ZeRO-3 included), written as a sentence-transformers
-folder (`dualview_core.checkpoint`) into a temporary sibling and renamed, or staged and uploaded
+there: the optimizer's fp32 master weights gathered on rank 0 (every ZeRO stage, bf16 runs too),
+written as a sentence-transformers folder with the pooling, Dense steps and prompts it was trained
+with (`dualview_core.checkpoint`) into a temporary sibling and renamed, or staged and uploaded
 with dualview.json last. It does not know the training loop (`tasks.training`).
 """
 
@@ -54,17 +55,62 @@ def _own_state(out: str, storage_options: dict | None, fingerprint: str) -> bool
     return progress is not None and progress.fingerprint == fingerprint
 
 
-def full_state_dict(engine, encoder, stage: int) -> dict | None:
-    """fp32 weights of the encoder on CPU, on rank 0 (None elsewhere). ZeRO-3 gathers the shards,
-    which every rank must join."""
+def _wrapper_masters(optimizer) -> dict[int, object]:
+    """id(param) -> fp32 master kept by DeepSpeed's plain low-precision optimizers (ZeRO 0 with bf16
+    or fp16), which link none to their parameters: `FP16_UnfusedOptimizer` (a torch optimizer, ours)
+    holds one fp32 copy per parameter in `fp32_groups`, `FP16_Optimizer` (fused Adam) one flat copy
+    per group in `fp32_groups_flat`."""
+    from torch._utils import _unflatten_dense_tensors
+
+    groups = getattr(optimizer, "fp16_groups", None)
+    if not groups:
+        return {}
+    if getattr(optimizer, "fp32_groups_flat", None):
+        masters = [_unflatten_dense_tensors(flat.detach(), group) for group, flat in zip(groups, optimizer.fp32_groups_flat)]
+    else:
+        masters = getattr(optimizer, "fp32_groups", [])
+    return {id(p): m for group, copies in zip(groups, masters) for p, m in zip(group, copies)}
+
+
+def master_weights(engine) -> dict:
+    """name -> the optimizer's full fp32 copy of every trainable parameter of `engine.module`, on
+    CPU. Under ZeRO 1-3 (and DeepSpeed's bf16 optimizer) `safe_get_full_fp32_param` gathers it —
+    a collective, which every rank joins in the same order; under ZeRO 0 with bf16 it is the
+    wrapper's own fp32 copy; an fp32 run without a wrapper trains its parameters in fp32 itself. A
+    low-precision parameter with no master anywhere is an error, never a silent bf16 publish."""
+    import torch
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    flat = _wrapper_masters(engine.optimizer)
+    out = {}
+    for name, param in engine.module.named_parameters():
+        full = safe_get_full_fp32_param(param)
+        if full is None:
+            full = flat.get(id(param), param if param.dtype == torch.float32 and not hasattr(param, "ds_id") else None)
+        if full is None:
+            raise RuntimeError(f"no fp32 master weight for {name} ({param.dtype}); refusing to publish rounded weights")
+        shape = getattr(param, "ds_shape", param.shape)
+        out[name] = full.detach().float().cpu().reshape(shape).clone()
+    return out
+
+
+def full_state_dict(engine, encoder) -> tuple[dict, list[dict]] | None:
+    """(Hugging Face model weights, one state per Dense step) in fp32 on CPU, on rank 0 (None
+    elsewhere): the optimizer's master weights, so a bf16 run publishes what it trained, not its
+    bf16 working copy."""
     import torch.distributed as dist
 
-    if stage == 3:
-        state = engine._zero3_consolidated_16bit_state_dict()  # keeps the engine's dtype; keys "model.…"
-        items = {k.removeprefix("model."): v for k, v in (state or {}).items()}
-    else:
-        items = encoder.model.state_dict()
-    return {k: v.detach().float().cpu() for k, v in items.items()} if dist.get_rank() == 0 else None
+    weights = master_weights(engine)  # every rank: a collective under ZeRO 1-3
+    if dist.get_rank() != 0:
+        return None
+    model = {k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")}
+    persistent = set(encoder.model.state_dict())
+    for name, buffer in encoder.model.named_buffers():  # persistent buffers travel with the weights
+        if name in persistent:
+            model.setdefault(name, buffer.detach().float().cpu() if buffer.is_floating_point() else buffer.cpu())
+    heads = [{k.removeprefix(f"head.{i}."): v for k, v in weights.items() if k.startswith(f"head.{i}.")}
+             for i in range(len(encoder.head))]
+    return model, heads
 
 
 def publish(local: Path, out: str, storage_options: dict | None = None) -> None:
@@ -82,13 +128,15 @@ def save_checkpoint(engine, encoder, cfg: TrainingConfig, out: str, storage_opti
     import torch
     import torch.distributed as dist
 
-    state = full_state_dict(engine, encoder, cfg.zero_stage)
+    state = full_state_dict(engine, encoder)
     if dist.get_rank() == 0:
         encoder.model.config.dtype = torch.float32  # the weights are written in fp32 even after bf16 training
         remote = is_remote(out)
         stage = Path(tempfile.mkdtemp()) if remote else Path(f"{out.rstrip('/')}.{uuid.uuid4().hex}.tmp")
-        write_sentence_transformers_folder(stage, encoder.model, encoder.tokenizer, pooling=encoder.pooling,
-                                           max_length=cfg.max_length, metadata=metadata, state_dict=state)
+        weights, heads = state
+        write_sentence_transformers_folder(stage, encoder.model, encoder.tokenizer, spec=encoder.spec,
+                                           max_length=encoder.max_length, metadata=metadata, state_dict=weights,
+                                           dense_states=heads)
         if remote:
             publish(stage, out, storage_options)
             shutil.rmtree(stage)

@@ -137,43 +137,45 @@ def worker_environment() -> Iterator[None]:
 
 
 def _bi_encoder(encoder):
-    """The trainable module: one shared encoder for queries and documents (class built lazily so
-    importing this module does not import torch)."""
+    """The trainable module: one shared encoder for queries and documents — the Hugging Face model
+    and the folder's Dense steps — embedding as `Encoder` does, then normalised for the cosine loss
+    (class built lazily so importing this module does not import torch)."""
     import torch
-
-    from dualview_core.encoder import pool
+    import torch.nn.functional as F
 
     class BiEncoder(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = encoder.model
+            self.head = encoder.head
 
-        def forward(self, chunks: list[dict]) -> torch.Tensor:
-            """Token chunks -> (sum of chunk sizes, dim) unit vectors, chunk after chunk."""
-            pooled = [pool(self.model(**c).last_hidden_state, c["attention_mask"], encoder.pooling)  # (chunk, dim)
-                      for c in chunks]
-            return torch.cat(pooled)  # (texts, dim)
+        def forward(self, chunks: list[dict], role: str) -> torch.Tensor:
+            """Token chunks of one role -> (sum of chunk sizes, dim) unit vectors, chunk after chunk."""
+            pooled = [encoder.from_states(self.model(**c).last_hidden_state, c["attention_mask"], role, head=self.head)
+                      for c in chunks]  # (chunk, dim) each
+            return F.normalize(torch.cat(pooled), p=2, dim=-1)  # (texts, dim)
 
     return BiEncoder()
 
 
-def _tokenize_sorted(encoder, texts: list[str], size: int) -> tuple[list[dict], list[int]]:
-    """Texts as length-sorted chunks, each padded to its own longest, and the sorted order: padding
-    to a whole micro-batch's longest document costs ~20% of a MiniLM step on the sample."""
-    enc = encoder.tokenizer(texts, truncation=True, max_length=encoder.max_length)
+def _tokenize_sorted(encoder, texts: list[str], size: int, role: str) -> tuple[list[dict], list[int]]:
+    """Texts of one role (with its prompt) as length-sorted chunks, each padded to its own longest,
+    and the sorted order: padding to a whole micro-batch's longest document costs ~20% of a MiniLM
+    step on the sample."""
+    enc = encoder.tokenizer(encoder.texts_for(texts, role), truncation=True, max_length=encoder.max_length)
     order = sorted(range(len(texts)), key=lambda i: len(enc["input_ids"][i]))
     chunks = [encoder.tokenizer.pad({k: [enc[k][i] for i in order[s:s + size]] for k in enc}, return_tensors="pt")
               for s in range(0, len(texts), size)]
     return [c.to(encoder.device) for c in chunks], order
 
 
-def _embed(engine, chunks: list[dict], order: list[int]):
+def _embed(engine, chunks: list[dict], order: list[int], role: str):
     """Embeddings of sorted chunks through the engine, put back in input order: (texts, dim)."""
     import torch
 
     inverse = torch.empty(len(order), dtype=torch.long)  # (texts,)
     inverse[torch.tensor(order)] = torch.arange(len(order))  # (texts,)
-    out = engine(chunks)  # (texts, dim), sorted
+    out = engine(chunks, role)  # (texts, dim), sorted
     return out[inverse.to(out.device)]  # (texts, dim)
 
 
@@ -221,9 +223,9 @@ def _micro_step(engine, encoder, batch: TextBatch, cfg: TrainingConfig, rank: in
 
     from dualview_core.loss import candidate_mask, info_nce, scatter_valid
 
-    q_chunks, q_order = _tokenize_sorted(encoder, batch.queries, cfg.encode_chunk)
-    d_chunks, d_order = _tokenize_sorted(encoder, batch.docs, cfg.encode_chunk)
-    q, d = _embed(engine, q_chunks, q_order), _embed(engine, d_chunks, d_order)  # (batch, dim), (n_valid, dim)
+    q_chunks, q_order = _tokenize_sorted(encoder, batch.queries, cfg.encode_chunk, "query")
+    d_chunks, d_order = _tokenize_sorted(encoder, batch.docs, cfg.encode_chunk, "document")
+    q, d = _embed(engine, q_chunks, q_order, "query"), _embed(engine, d_chunks, d_order, "document")  # (batch, dim), (n_valid, dim)
     candidates = torch.tensor(batch.candidates, device=q.device)  # (batch, 1 + width)
     d = scatter_valid(d, candidates)  # (batch * (1 + width), dim)
     first = 0
@@ -251,7 +253,7 @@ def _all_ranks_sum(values: list[float], world: int) -> list[float]:
 
 def _separation(encoder, pairs, cfg: TrainingConfig) -> float:
     """Every rank encodes (under ZeRO-3 the weights are gathered collectively); rank 0 records."""
-    return separation(lambda texts: encoder.encode(texts, batch_size=64), pairs, cfg.query_template)
+    return separation(lambda texts: encoder.encode_query(texts, batch_size=64), pairs, cfg.query_template)
 
 
 def _run_steps(engine, encoder, mixture: Mixture, cfg: TrainingConfig, steps: int, width: int,

@@ -22,3 +22,12 @@ def rows() -> list[dict]:
         out.append(promptriever_row(f"q{i}", instruct=False))
     return copy.deepcopy(out)
 
+
+
+@pytest.fixture(scope="session")
+def st_folders(tmp_path_factory) -> dict:
+    """variant -> a model folder saved by sentence-transformers 6.2 (tests/st_folders.py), each built
+    once per session, on first use."""
+    from tests.st_folders import Folders
+
+    return Folders(tmp_path_factory.mktemp("st-folders"))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.metrics import MAP_1000, NDCG_5, NDCG_10, SCALE
+from dualview_core.model_folder import POOLING_MODES
 from dualview_core.sources import SourceError
 from flows.commands import EXIT_OK, add_endpoint_flag, print_json, storage_options
 
@@ -58,7 +59,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if not Path(resolve_model(args.model)).is_dir():
         raise SourceError(f"{args.model}: no such model folder (a Hugging Face or sentence-transformers folder, or 'minilm')")
     cfg = _config(args, batch_size=args.batch_size, max_length=args.max_length, top_k=args.top_k,
-                  search=args.search, query_template=args.query_template)
+                  search=args.search, query_template=args.query_template, pooling=args.pooling)
     start = time.perf_counter()
     report = evaluate_task(args.model, args.eval_set, cfg, args.out, args.benchmark, storage_options(args))
     if args.mlflow_experiment:
@@ -140,6 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--benchmark", choices=["followir", "infosearch", "mair", "instructir"], help="default: detected")
     ev.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     ev.add_argument("--max-length", type=int, default=DEFAULTS.max_length)
+    ev.add_argument("--pooling", choices=POOLING_MODES, help="override the folder's pooling (a plain Hugging Face "
+                    "folder declares none: mean unless given)")
     ev.add_argument("--top-k", type=_top_k, default=DEFAULTS.top_k, help="kept per query when ranking the whole corpus ('all': every document)")
     ev.add_argument("--search", choices=["exact", "faiss"], default=DEFAULTS.search)
     ev.add_argument("--query-template", default=DEFAULTS.query_template)

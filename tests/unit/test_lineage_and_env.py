@@ -47,7 +47,7 @@ class _LengthEncoder:
     def __init__(self):
         self.calls = []
 
-    def encode(self, texts, batch_size=64):
+    def encode_document(self, texts, batch_size=64):
         self.calls.append(len(texts))
         return np.array([[len(t), i] for i, t in enumerate(texts)], dtype=np.float32)
 
@@ -55,10 +55,10 @@ class _LengthEncoder:
 def test_metered_encoder_reports_progress_and_keeps_the_callers_order():
     inner, lines = _LengthEncoder(), []
     texts = ["x" * (i % 7 + 1) for i in range(25)]
-    out = MeteredEncoder(inner, lines.append, block=10, min_texts=20).encode(texts)
+    out = MeteredEncoder(inner, lines.append, block=10, min_texts=20).encode_document(texts)
     assert out[:, 0].tolist() == [len(t) for t in texts]
-    assert inner.calls == [10, 10, 5] and lines[-1].startswith("evaluate: encoding: 25/25 texts (100%)")
-    small = MeteredEncoder(inner, lines.append, min_texts=100).encode(texts[:3])
+    assert inner.calls == [10, 10, 5] and lines[-1].startswith("evaluate: encoding documents: 25/25 texts (100%)")
+    small = MeteredEncoder(inner, lines.append, min_texts=100).encode_document(texts[:3])
     assert small[:, 1].tolist() == [0, 1, 2] and inner.calls[-1] == 3  # below min_texts: passed through
 
 
