@@ -159,7 +159,10 @@ def test_console_script_stdout_is_only_the_json_summary(sample, tmp_path):
                           "--negatives", "1"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["composition"]["rows"] == 58  # DeepSpeed's own chatter went to stderr
     assert "DeepSpeed" in out.stderr
-    assert "train: step 0 instruction_separation" in out.stderr and "train: step 1 instruction_separation" in out.stderr
+    lines = out.stderr.splitlines()  # progress: the plan, then each separation measurement with the share done
+    assert "train: 1 optimizer steps to run" in lines
+    assert any(line.startswith("train: step 0/1 (0%) instruction_separation") for line in lines), lines
+    assert any(line.startswith("train: step 1/1 (100%) instruction_separation") for line in lines), lines
 
 
 def test_bad_requests_fail_before_training_with_one_line(sample, tmp_path, capsys):
