@@ -31,10 +31,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dualview_core.config import TrainingConfig
+
 GIB = 1024 ** 3
 RUNTIME = GIB  # the interpreter, torch, DeepSpeed, the tokeniser, one batch of rows
 ACT_PER_HIDDEN = 12  # saved hidden-sized tensors per token per layer
 ACT_PER_INTER = 2  # saved intermediate-sized tensors per token per layer
+DEFAULT_CHUNK = TrainingConfig.model_fields["grad_cache_chunk"].default  # what a refusal suggests
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def shortfall(need: StepMemory, available: int, *, where: str, grad_cache_chunk:
     if need.total <= available:
         return None
     advice = (f"lower --grad-cache-chunk (now {grad_cache_chunk}) or --max-length (now {max_length})"
-              if grad_cache_chunk else f"turn on gradient caching (--grad-cache-chunk 16) or lower --max-length "
+              if grad_cache_chunk else f"turn on gradient caching (--grad-cache-chunk {DEFAULT_CHUNK}) or lower --max-length "
               f"(now {max_length})")
     return (f"a training step needs about {gib(need.total)} per rank (weights, gradients and optimizer "
             f"{gib(need.state)}, activations of {need.texts} texts at {max_length} tokens "

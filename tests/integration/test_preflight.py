@@ -42,9 +42,9 @@ def test_a_step_too_big_for_the_memory_is_refused_with_one_line(guarded, tmp_pat
     guarded.setenv(preflight.AVAILABLE_ENV, "1GiB")
     code, stdout, err = train(capsys, tmp_path / "never")
     assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("dualview: error: a training step needs about 5.3 GiB per rank")
-    assert "activations of 16 texts at 512 tokens" in err and "DUALVIEW_AVAILABLE_MEMORY has 1.0 GiB available" in err
-    assert err.strip().endswith("lower --grad-cache-chunk (now 16) or --max-length (now 512)")
+    assert err.startswith("dualview: error: a training step needs about 3.3 GiB per rank")
+    assert "activations of 8 texts at 512 tokens" in err and "DUALVIEW_AVAILABLE_MEMORY has 1.0 GiB available" in err
+    assert err.strip().endswith("lower --grad-cache-chunk (now 8) or --max-length (now 512)")
     assert not (tmp_path / "never").exists()
 
 
@@ -52,7 +52,7 @@ def test_without_gradient_caching_the_whole_batch_counts(guarded, tmp_path, caps
     guarded.setenv(preflight.AVAILABLE_ENV, "24GiB")
     code, _, err = train(capsys, tmp_path / "never", "--grad-cache-chunk", "0", "--batch-size", "16")
     assert code == 2 and "activations of 512 texts at 512 tokens" in err  # 16 rows x (query, positive, 30)
-    assert err.strip().endswith("turn on gradient caching (--grad-cache-chunk 16) or lower --max-length (now 512)")
+    assert err.strip().endswith("turn on gradient caching (--grad-cache-chunk 8) or lower --max-length (now 512)")
 
 
 def test_a_step_that_fits_goes_on_to_read_the_data(guarded, tmp_path, capsys):

@@ -56,7 +56,7 @@ def test_shortfall_names_the_flag_to_change():
                     "activations of 16 texts at 512 tokens 4.0 GiB, runtime 1.0 GiB) but this machine has 5.0 GiB "
                     "available; lower --grad-cache-chunk (now 16) or --max-length (now 512)")
     off = shortfall(need, GIB, where="the GPU", grad_cache_chunk=0, max_length=128)
-    assert off.endswith("turn on gradient caching (--grad-cache-chunk 16) or lower --max-length (now 128)")
+    assert off.endswith("turn on gradient caching (--grad-cache-chunk 8) or lower --max-length (now 128)")
     assert "\n" not in line + off
 
 
