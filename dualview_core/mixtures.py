@@ -20,7 +20,7 @@ It does not know about files, encoders or training.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -71,7 +71,17 @@ def _dicts(data: pa.Table | Iterable[Mapping] | None) -> list[Mapping]:
     return data.to_pylist() if isinstance(data, pa.Table) else list(data)
 
 
-def _pool(seeds: list[Mapping], dual_views: list[Mapping], cfg: MixtureConfig) -> _Pool:
+def _stream(data: pa.Table | Iterable[Mapping]) -> Iterator[Mapping]:
+    """Rows one record batch at a time: a table's Python dicts never all exist at once (at 100k
+    realistic seed rows they would be several GB beside the training rows made from them)."""
+    if isinstance(data, pa.Table):
+        for batch in data.to_batches(max_chunksize=4096):
+            yield from batch.to_pylist()
+    else:
+        yield from data
+
+
+def _pool(seeds: Iterable[Mapping], dual_views: list[Mapping], cfg: MixtureConfig) -> _Pool:
     rows = [from_seed(s) for s in seeds]
     instruct = {r.seed_key: r for r in rows if r.source is Source.INSTRUCT}
     views: dict[str, TrainingRow] = {}  # one dual view per seed, the first by priority
@@ -180,7 +190,7 @@ def build_mixture(seeds: pa.Table | Iterable[Mapping], dual_views: pa.Table | It
     Pass the dual views for every mixture, even ins-orig and all-orig: the held-out split and the
     default N depend on them, and runs compare only when both are the same.
     """
-    pool = _pool(_dicts(seeds), _dicts(dual_views), cfg)
+    pool = _pool(_stream(seeds), _dicts(dual_views), cfg)
     if cfg.name in ("ins-dv", "all-dv") and not pool.has_dual_views:
         raise MixtureError(f"mixture {cfg.name} needs dual-view rows that match the seeds; "
                            "none were given or none matched")

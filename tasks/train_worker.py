@@ -34,6 +34,7 @@ from dualview_core.mixtures import Mixture, build_mixture
 from dualview_core.negatives import block_width
 from dualview_core.resume import run_fingerprint
 from dualview_core.sources import filesystem
+from tasks.preflight import check_memory
 from tasks.train_output import check_destination
 from tasks.training import Callback, TrainResult, free_port, published_result, train
 
@@ -59,7 +60,9 @@ def load_mixture(cfg: MixtureConfig, seeds: str, dual_views: str | None,
 
 def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, processes: int = 1,
         storage_options: dict | None = None, callback: Callback | None = None) -> TrainResult:
-    """Build the mixture and train it, in this process (processes=1) or under the launcher."""
+    """Build the mixture and train it, in this process (processes=1) or under the launcher. A step
+    that cannot fit in memory is refused (`MemoryShortfall`) before any data is read."""
+    check_memory(cfg, world=processes)
     mixture = load_mixture(cfg.mixture, seeds, dual_views, storage_options)
     if processes == 1:
         return train(cfg, mixture, out, storage_options=storage_options, callback=callback)

@@ -169,14 +169,18 @@ def _tokenize_sorted(encoder, texts: list[str], size: int, role: str) -> tuple[l
     return [c.to(encoder.device) for c in chunks], order
 
 
-def _embed(engine, chunks: list[dict], order: list[int], role: str):
-    """Embeddings of sorted chunks through the engine, put back in input order: (texts, dim)."""
+def _in_input_order(sorted_out, order: list[int]):
+    """(texts, dim) rows in sorted order -> the same rows in input order."""
     import torch
 
     inverse = torch.empty(len(order), dtype=torch.long)  # (texts,)
     inverse[torch.tensor(order)] = torch.arange(len(order))  # (texts,)
-    out = engine(chunks, role)  # (texts, dim), sorted
-    return out[inverse.to(out.device)]  # (texts, dim)
+    return sorted_out[inverse.to(sorted_out.device)]  # (texts, dim)
+
+
+def _embed(engine, chunks: list[dict], order: list[int], role: str):
+    """Embeddings of sorted chunks through the engine, put back in input order: (texts, dim)."""
+    return _in_input_order(engine(chunks, role), order)  # (texts, dim)
 
 
 def _engine(cfg: TrainingConfig, module, steps: int, world: int, device: str):
@@ -217,15 +221,13 @@ def _gather(x, rank: int, world: int):
     return torch.cat(parts)
 
 
-def _micro_step(engine, encoder, batch: TextBatch, cfg: TrainingConfig, rank: int, world: int) -> tuple[float, int]:
-    """Forward, loss, backward, step on one micro-batch. Returns (loss, tokens encoded)."""
+def _loss(q, d, batch: TextBatch, cfg: TrainingConfig, rank: int, world: int):
+    """InfoNCE of this rank's (batch, dim) queries against its (n_valid, dim) documents and, with
+    in-batch negatives, every rank's documents (only the local ones carry a gradient)."""
     import torch
 
     from dualview_core.loss import candidate_mask, info_nce, scatter_valid
 
-    q_chunks, q_order = _tokenize_sorted(encoder, batch.queries, cfg.encode_chunk, "query")
-    d_chunks, d_order = _tokenize_sorted(encoder, batch.docs, cfg.encode_chunk, "document")
-    q, d = _embed(engine, q_chunks, q_order, "query"), _embed(engine, d_chunks, d_order, "document")  # (batch, dim), (n_valid, dim)
     candidates = torch.tensor(batch.candidates, device=q.device)  # (batch, 1 + width)
     d = scatter_valid(d, candidates)  # (batch * (1 + width), dim)
     first = 0
@@ -233,11 +235,49 @@ def _micro_step(engine, encoder, batch: TextBatch, cfg: TrainingConfig, rank: in
         d, candidates = _gather(d, rank, world), _gather(candidates, rank, world)  # (world * batch * (1 + width), dim)
         first = rank * len(batch.queries)
     positives, allowed = candidate_mask(candidates, first, len(batch.queries), cfg.in_batch_negatives)
-    loss = info_nce(q, d, positives, allowed, cfg.temperature)  # ()
-    engine.backward(loss)
-    engine.step()
+    return info_nce(q, d, positives, allowed, cfg.temperature)  # ()
+
+
+def _most_over_ranks(n: int, world: int) -> int:
+    if world == 1:
+        return n
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([n], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def _backward(engine, encoder, batch: TextBatch, cfg: TrainingConfig, rank: int, world: int) -> tuple[float, int]:
+    """Forward, loss and backward of one micro-batch, gradient-cached unless `grad_cache_chunk` is 0.
+    Returns (loss, tokens encoded)."""
+    from tasks import grad_cache
+
+    size = cfg.grad_cache_chunk or cfg.encode_chunk
+    q_chunks, q_order = _tokenize_sorted(encoder, batch.queries, size, "query")
+    d_chunks, d_order = _tokenize_sorted(encoder, batch.docs, size, "document")
     tokens = sum(int(c["attention_mask"].sum()) for c in q_chunks + d_chunks)
+    if not cfg.grad_cache_chunk:
+        q, d = _embed(engine, q_chunks, q_order, "query"), _embed(engine, d_chunks, d_order, "document")  # (batch, dim), (n_valid, dim)
+        loss = _loss(q, d, batch, cfg, rank, world)  # ()
+        engine.backward(loss)
+        return float(loss.detach()), tokens
+    chunks = [(c, "query") for c in q_chunks] + [(c, "document") for c in d_chunks]
+    cache = grad_cache.embed_without_graphs(engine, chunks)  # embeddings: (batch + n_valid, dim), sorted per side
+    q_sorted, d_sorted = cache.embeddings.split([len(batch.queries), len(batch.docs)])
+    loss = _loss(_in_input_order(q_sorted, q_order), _in_input_order(d_sorted, d_order), batch, cfg, rank, world)
+    loss.backward()  # to the cached embeddings only: no weights in this graph
+    boundary = (engine.micro_steps + 1) % engine.gradient_accumulation_steps() == 0
+    grad_cache.backward_chunks(engine, chunks, cache, boundary=boundary, pad_to=_most_over_ranks(len(chunks), world))
     return float(loss.detach()), tokens
+
+
+def _micro_step(engine, encoder, batch: TextBatch, cfg: TrainingConfig, rank: int, world: int) -> tuple[float, int]:
+    """Forward, loss, backward, step on one micro-batch. Returns (loss, tokens encoded)."""
+    loss, tokens = _backward(engine, encoder, batch, cfg, rank, world)
+    engine.step()
+    return loss, tokens
 
 
 def _all_ranks_sum(values: list[float], world: int) -> list[float]:

@@ -4,7 +4,8 @@ Flags map one to one onto `TrainingConfig` / `MixtureConfig` fields (their help 
 description); a flag left out keeps the config default, and the config validates the result.
 Prints a JSON summary; exit 2 with one line on stderr when the request cannot be run (bad config,
 a mixture the data cannot make, strict negatives the data lacks, an output that exists, a saved state
-of another run). Run again with the same `--out` after a crash and it resumes from `<out>.state`.
+of another run, a step that cannot fit in memory — `tasks.preflight`). Run again with the same `--out`
+after a crash and it resumes from `<out>.state`.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ MIXTURE_FLAGS = {"mixture": "name", "size": "size", "ratio": "ratio", "total": "
                  "heldout_fraction": "heldout_fraction", "mixture_seed": "seed"}
 MIXTURE_TYPES = {"size": int, "ratio": float, "total": int, "corruption": float, "heldout_fraction": float}
 TRAINING_TYPES = {"model": str, "pooling": str, "max_length": int, "query_template": str, "negatives": int,
-                  "temperature": float, "batch_size": int, "grad_accumulation": int, "learning_rate": float,
-                  "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float, "zero_stage": int,
-                  "seed": int, "eval_every": int, "save_every": int}
+                  "temperature": float, "batch_size": int, "grad_cache_chunk": int, "grad_accumulation": int,
+                  "learning_rate": float, "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float,
+                  "zero_stage": int, "seed": int, "eval_every": int, "save_every": int}
 TRAINING_FLAGS = ("model", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
-                  "in_batch_negatives", "temperature", "batch_size", "grad_accumulation", "learning_rate",
-                  "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "epochs", "zero_stage", "seed",
-                  "eval_every", "save_every")
+                  "in_batch_negatives", "temperature", "batch_size", "grad_cache_chunk", "grad_accumulation",
+                  "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "epochs",
+                  "zero_stage", "seed", "eval_every", "save_every")
 
 
 def _help(model: type, name: str) -> str:
@@ -99,6 +100,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dualview_core.mixtures import MixtureError
     from dualview_core.negatives import NegativesError
     from dualview_core.resume import StateMismatch
+    from tasks.preflight import MemoryShortfall
     from tasks.train_output import OutputExists
     from tasks.train_worker import run
 
@@ -108,7 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         with stdout_to_stderr():
             result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
                          storage_options=storage_options(args), callback=progress_printer())
-    except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch) as exc:
+    except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch, MemoryShortfall) as exc:
         print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE
     print_json(summary(result, started))

@@ -1,0 +1,113 @@
+"""Training at realistic scale: `dualview train` with default settings on N realistic seed rows.
+
+Rows as Promptriever's: 1 positive, 8 negatives, 0-3 instruction negatives on instruct rows (half
+the rows, each with its non-instruct twin), passages of 500-700 characters (`seed_scale`'s generator
+with longer passages, no bad rows). Runs `dualview train --mixture ins-orig --seeds SEEDS --out OUT --max-steps 3 --save-every 0`
+as a child under `/usr/bin/time -v` and reports exit code, wall seconds and peak RSS.
+
+Target: exit 0 and peak RSS <= 6 GB at 100k rows on a 2-core, 24 GB machine.
+
+Run:  python benchmarks/train_scale.py --rows 100000 [--workdir DIR --keep] [-- extra train flags]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import seed_scale  # noqa: E402  (the benchmark next door: its row generator)
+
+RSS_TARGET_GB = 6.0
+
+
+def make_pools(rng: np.random.Generator) -> tuple[pa.StructArray, pa.Array, pa.Array]:
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = np.unique(["".join(rng.choice(letters, size=rng.integers(2, 10))) for _ in range(3000)])
+    texts = seed_scale._texts(rng, words, 3000, 500, 700)
+    titles = [" ".join(rng.choice(words, size=3)).title() for _ in texts]
+    passages = pa.StructArray.from_arrays(
+        [pa.array([f"d{i}" for i in range(len(texts))]), pa.array(titles), pa.array(texts)],
+        names=["docid", "title", "text"])
+    return passages, pa.array(seed_scale._texts(rng, words, 5000, 20, 60)), \
+        pa.array(seed_scale._texts(rng, words, 2000, 60, 160))
+
+
+def _with_twins(table: pa.Table) -> pa.Table:
+    """The instruct rows and, for each, its non-instruct twin (same query_id, the query alone, no
+    instruction negatives) — so every mixture's default N is the number of instruct rows."""
+    import pyarrow.compute as pc
+
+    instruct = table.filter(table["has_instruction"])
+    twins = instruct.set_column(instruct.schema.get_field_index("query"), "query", instruct["only_query"])
+    for name, value in (("only_instruction", pa.array([""] * len(twins))),
+                        ("has_instruction", pa.array([False] * len(twins))),
+                        ("new_negatives", pa.array([[]] * len(twins), instruct.schema.field("new_negatives").type))):
+        twins = twins.set_column(twins.schema.get_field_index(name), name, value)
+    both = pa.concat_tables([instruct, twins])
+    return both.take(pc.sort_indices(both, [("query_id", "ascending"), ("has_instruction", "descending")]))
+
+
+def generate(path: str, rows: int) -> None:
+    """About `rows` rows: half instruct rows, half their twins."""
+    seed_scale.BAD_RATE = 0.0
+    rng = np.random.default_rng(seed_scale.SEED)
+    pools, writer = make_pools(rng), None
+    for start in range(0, rows, seed_scale.CHUNK):
+        table = _with_twins(seed_scale.make_chunk(rng, pools, start, min(seed_scale.CHUNK, rows - start)))
+        writer = writer or pq.ParquetWriter(path, table.schema)
+        writer.write_table(table)
+    writer.close()
+
+
+def run_train(seeds: str, out: str, extra: list[str]) -> dict:
+    dualview = str(Path(sys.executable).parent / "dualview")
+    cmd = ["/usr/bin/time", "-v", dualview, "train", "--mixture", "ins-orig", "--seeds", seeds, "--out", out,
+           "--max-steps", "3", "--save-every", "0", *extra]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(("dualview:", "train:"))]
+    return {"exit": proc.returncode, "seconds": round(seconds, 1), "peak_rss_gb": round(rss_kb / 1024 ** 2, 2),
+            "summary": json.loads(proc.stdout) if proc.returncode == 0 else None, "lines": lines[-6:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--workdir")
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("extra", nargs="*", help="more `dualview train` flags (after --)")
+    args = parser.parse_args()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="train-scale-")
+    os.makedirs(workdir, exist_ok=True)
+    seeds = os.path.join(workdir, f"seeds-{args.rows}.parquet")
+    if not os.path.exists(seeds):
+        generate(seeds, args.rows)
+    try:
+        result = run_train(seeds, os.path.join(workdir, "model"), args.extra)
+    finally:
+        shutil.rmtree(os.path.join(workdir, "model"), ignore_errors=True)
+        if not args.keep and not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps({"rows": args.rows, "flags": args.extra, **result}, indent=1))
+    ok = result["exit"] == 0 and result["peak_rss_gb"] <= RSS_TARGET_GB
+    print(f"{'PASS' if ok else 'FAIL'}: exit {result['exit']}, peak RSS {result['peak_rss_gb']} GB "
+          f"(target <= {RSS_TARGET_GB} GB), {result['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""`dualview train` refuses a step that cannot fit in memory: exit 2, one line naming the flag to
+change, before any data is read or model loaded (`tasks.preflight`; the available memory is set
+through DUALVIEW_AVAILABLE_MEMORY, the override the check documents)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dualview_core import samples
+from dualview_core.memory import GIB
+from flows.cli import main
+from tasks import preflight
+
+pytestmark = [pytest.mark.integration]
+
+
+class Reached(RuntimeError):
+    pass
+
+
+@pytest.fixture
+def guarded(monkeypatch):
+    """Reading the data or loading the model raises: a refusal must come before both."""
+    import tasks.train_worker
+    import tasks.training
+
+    def reached(*args, **kwargs):
+        raise Reached("went past the pre-flight check")
+
+    monkeypatch.setattr(tasks.train_worker, "load_mixture", reached)
+    monkeypatch.setattr(tasks.training, "_load", reached)
+    return monkeypatch
+
+
+def train(capsys, out, *flags) -> tuple[int, str, str]:
+    code = main(["train", "--mixture", "ins-orig", "--seeds", samples.seeds_path(), "--out", str(out), *flags])
+    stdout, err = capsys.readouterr()
+    return code, stdout, err
+
+
+def test_a_step_too_big_for_the_memory_is_refused_with_one_line(guarded, tmp_path, capsys):
+    guarded.setenv(preflight.AVAILABLE_ENV, "1GiB")
+    code, stdout, err = train(capsys, tmp_path / "never")
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("dualview: error: a training step needs about 3.3 GiB per rank")
+    assert "activations of 8 texts at 512 tokens" in err and "DUALVIEW_AVAILABLE_MEMORY has 1.0 GiB available" in err
+    assert err.strip().endswith("lower --grad-cache-chunk (now 8) or --max-length (now 512)")
+    assert not (tmp_path / "never").exists()
+
+
+def test_without_gradient_caching_the_whole_batch_counts(guarded, tmp_path, capsys):
+    guarded.setenv(preflight.AVAILABLE_ENV, "24GiB")
+    code, _, err = train(capsys, tmp_path / "never", "--grad-cache-chunk", "0", "--batch-size", "16")
+    assert code == 2 and "activations of 512 texts at 512 tokens" in err  # 16 rows x (query, positive, 30)
+    assert err.strip().endswith("turn on gradient caching (--grad-cache-chunk 8) or lower --max-length (now 512)")
+
+
+def test_a_step_that_fits_goes_on_to_read_the_data(guarded, tmp_path, capsys):
+    guarded.setenv(preflight.AVAILABLE_ENV, "2GiB")
+    with pytest.raises(Reached):  # 1 GiB of runtime, 0.3 GiB of weights and optimizer, 4 texts at 64 tokens
+        train(capsys, tmp_path / "small", "--grad-cache-chunk", "4", "--max-length", "64")
+
+
+def test_ranks_on_one_cpu_machine_share_its_memory(monkeypatch):
+    from dualview_core.config import TrainingConfig
+
+    monkeypatch.delenv(preflight.AVAILABLE_ENV, raising=False)
+    whole, where = preflight.available_memory("cpu", 1)
+    half, where_half = preflight.available_memory("cpu", 2)
+    assert abs(half - whole // 2) < GIB // 4 and where == "this machine" and "2 ranks" in where_half
+    monkeypatch.setenv(preflight.AVAILABLE_ENV, "3GiB")
+    assert preflight.available_memory("cpu", 2) == (3 * GIB, preflight.AVAILABLE_ENV)
+    monkeypatch.setenv(preflight.AVAILABLE_ENV, "lots")
+    with pytest.raises(ValueError, match="expected bytes"):
+        preflight.check_memory(TrainingConfig(), world=1)
+
+
+def test_the_packaged_model_shape_is_read_from_its_files():
+    shape = preflight.model_shape("minilm")
+    assert (shape.layers, shape.hidden, shape.heads, shape.intermediate) == (6, 384, 12, 1536)
+    assert shape.params == 22_713_728  # MiniLM-L6's safetensors header, weights never read
+    assert preflight.model_shape("some-org/not-a-local-folder") is None  # a hub id: nothing to estimate from
