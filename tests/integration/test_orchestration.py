@@ -56,7 +56,8 @@ def services(tmp_path_factory):
     env = {**os.environ, **SECRETS, "AWS_DEFAULT_REGION": "us-east-1", "PREFECT_HOME": str(root / "prefect"),
            "PREFECT_API_URL": f"http://127.0.0.1:{prefect_port}/api", "PREFECT_CLI_PROMPT": "false",
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root}/prefect.db",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO"}
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO",
+           "PREFECT_WORKER_QUERY_SECONDS": "2"}  # the worker picks a triggered run up within 2 s, not 10
     procs = []
     try:
         procs.append(start([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)], root / "s3.log", env, s3_port))
@@ -126,7 +127,11 @@ print(json.dumps({{"state": run.state.type.value, "message": run.state.message, 
 """))
 
 
-def test_pipeline_then_watch_seeds_through_deployments(services):
+@pytest.fixture(scope="module")
+def story(services):
+    """What a user does over a day, through the deployments: a pipeline run on seeds in S3; two seed
+    rows change and `watch-seeds` re-synthesizes them; `watch-seeds` again finds nothing to do; a
+    second pipeline run (its synthesis all cached) to compare with the first in MLflow."""
     env, s3 = services["env"], services["s3"]
     options = {"client_kwargs": {"endpoint_url": s3}}
     fs = s3fs.S3FileSystem(**options, key=SECRETS["AWS_ACCESS_KEY_ID"], secret=SECRETS["AWS_SECRET_ACCESS_KEY"])
@@ -137,18 +142,38 @@ def test_pipeline_then_watch_seeds_through_deployments(services):
     synthesis = {"limit": 8, "shard_rows": 4}
     config = {
         "name": "it-pipeline", "seeds": seeds, "workdir": f"s3://{bucket}/runs", "synthesis": synthesis,
-        "training": {"mixture": {"name": "ins-orig", "size": 4}, "max_length": 64, "batch_size": 4, "max_steps": 4, "eval_every": 0},
+        "training": {"mixture": {"name": "ins-orig", "size": 4}, "max_length": 64, "batch_size": 4, "max_steps": 2, "eval_every": 0},
         "evaluation": {"max_length": 64, "bootstrap_resamples": 200},
         "tracking_uri": services["mlflow"], "artifact_location": None,
     }
-    result = run_deployment(env, "pipeline/pipeline", {"config": config})
-    assert result["state"] == "COMPLETED", result
+    first = run_deployment(env, "pipeline/pipeline", {"config": config})
+    assert first["state"] == "COMPLETED", first
+    [parent] = [r for r in _mlflow_runs(services["mlflow"], "it-pipeline") if "mlflow.parentRunId" not in r.data.tags]
 
-    runs = _mlflow_runs(services["mlflow"], "it-pipeline")
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    assert len(parents) == 1
-    parent = parents[0]
-    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    rows = [json.loads(line) for line in fs.cat_file(f"{bucket}/seeds/seeds.jsonl").decode().splitlines()]
+    for r in [r for r in rows if r["has_instruction"]][1:3]:
+        r["only_instruction"] += " Recent sources only."
+    fs.pipe_file(f"{bucket}/seeds/seeds.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode())
+    watch = {"seeds": seeds, "out": f"s3://{bucket}/runs/synthesis", "config": synthesis}
+    changed = run_deployment(env, "watch-seeds/watch-seeds", watch)
+    assert changed["state"] == "COMPLETED", changed
+    manifest = json.loads(fs.cat_file(f"{bucket}/runs/synthesis/manifest.json"))["summary"]
+    etag = fs.info(f"{bucket}/runs/synthesis/manifest.json")["ETag"]
+    unchanged = run_deployment(env, "watch-seeds/watch-seeds", watch)
+    assert unchanged["state"] == "COMPLETED", unchanged
+    fs.invalidate_cache()
+    etags = (etag, fs.info(f"{bucket}/runs/synthesis/manifest.json")["ETag"])
+
+    second = run_deployment(env, "pipeline/pipeline", {"config": config})
+    assert second["state"] == "COMPLETED", second
+    return {"fs": fs, "bucket": bucket, "first": first, "first_parent": parent, "watch_manifest": manifest,
+            "unchanged": unchanged, "etags": etags, "second": second}
+
+
+def test_pipeline_through_its_deployment(services, story):
+    fs, bucket, parent = story["fs"], story["bucket"], story["first_parent"]
+    children = {r.info.run_name: r for r in _mlflow_runs(services["mlflow"], "it-pipeline")
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert set(children) == {"synthesize", "train", "evaluate-base", "evaluate-trained"}
     for label in ("evaluate-base", "evaluate-trained"):
         metrics = children[label].data.metrics
@@ -167,26 +192,23 @@ def test_pipeline_then_watch_seeds_through_deployments(services):
                  f"runs/models/{run_id}/config.json", f"runs/models/{run_id}/modules.json",
                  f"runs/eval/{run_id}/trained/report.json", f"runs/eval/{run_id}/base/run_og.trec"):
         assert fs.exists(f"{bucket}/{path}"), path
-    _assert_no_secrets(parent, children.values(), artifacts, result["logs"])
+    _assert_no_secrets(parent, children.values(), artifacts, story["first"]["logs"] + story["second"]["logs"])
 
-    # two seed rows change in S3: watch-seeds re-synthesizes exactly those two
-    rows = [json.loads(line) for line in fs.cat_file(f"{bucket}/seeds/seeds.jsonl").decode().splitlines()]
-    instruct = [r for r in rows if r["has_instruction"]]
-    for r in instruct[1:3]:
-        r["only_instruction"] += " Recent sources only."
-    fs.pipe_file(f"{bucket}/seeds/seeds.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode())
-    watch = {"seeds": seeds, "out": f"s3://{bucket}/runs/synthesis", "config": synthesis}
-    changed = run_deployment(env, "watch-seeds/watch-seeds", watch)
-    assert changed["state"] == "COMPLETED", changed
-    manifest = json.loads(fs.cat_file(f"{bucket}/runs/synthesis/manifest.json"))["summary"]
+
+def test_watch_seeds_resynthesizes_exactly_the_changed_rows(story):
+    manifest = story["watch_manifest"]  # after two seed rows changed in S3
     assert manifest["plan"]["pending"] == 2 and manifest["plan"]["changed"] == 2 and manifest["cost"]["engine_rows"] == 2
-    etag = fs.info(f"{bucket}/runs/synthesis/manifest.json")["ETag"]
+    assert any("nothing to do" in m for m in story["unchanged"]["logs"]), story["unchanged"]["logs"]
+    assert story["etags"][0] == story["etags"][1]  # the second watch ran no synthesis
 
-    unchanged = run_deployment(env, "watch-seeds/watch-seeds", watch)
-    assert unchanged["state"] == "COMPLETED", unchanged
-    assert any("nothing to do" in m for m in unchanged["logs"]), unchanged["logs"]
-    fs.invalidate_cache()
-    assert fs.info(f"{bucket}/runs/synthesis/manifest.json")["ETag"] == etag  # no synthesis ran
+
+def test_a_second_pipeline_run_reuses_the_synthesis(services, story):
+    parents = [r for r in _mlflow_runs(services["mlflow"], "it-pipeline") if "mlflow.parentRunId" not in r.data.tags]
+    [second] = [r for r in parents if r.info.run_id != story["first_parent"].info.run_id]
+    [synthesize] = [r for r in _mlflow_runs(services["mlflow"], "it-pipeline")
+                    if r.data.tags.get("mlflow.parentRunId") == second.info.run_id and r.info.run_name == "synthesize"]
+    assert synthesize.data.metrics["synthesis/engine_rows"] == 0
+    assert not any(m.startswith("synthesis: starting the vLLM engine") for m in story["second"]["logs"])
 
 
 def _mlflow_runs(uri: str, experiment: str):
@@ -254,28 +276,13 @@ def test_pipeline_custom_run_form_shows_the_typed_config(services, browser, tmp_
 UI_HEADLINE = ("trained/p-MRR", "trained/score")
 
 
-def test_mlflow_experiment_page_compares_two_pipeline_runs(services, browser, tmp_path):
-    """Two pipeline runs through the deployment; the experiment's run table (in the browser) shows
-    both parents with their p-MRR and Score once those columns are picked, with the logged values."""
+def test_mlflow_experiment_page_compares_two_pipeline_runs(services, story, browser, tmp_path):
+    """The story's two pipeline runs: the experiment's run table (in the browser) shows both parents
+    with their p-MRR and Score once those columns are picked, with the logged values."""
     from mlflow.tracking import MlflowClient
 
-    env, s3, uri = services["env"], services["s3"], services["mlflow"]
-    options = {"client_kwargs": {"endpoint_url": s3}}
-    fs = s3fs.S3FileSystem(**options, key=SECRETS["AWS_ACCESS_KEY_ID"], secret=SECRETS["AWS_SECRET_ACCESS_KEY"])
-    bucket = f"dualview-ui-{uuid.uuid4().hex[:8]}"
-    fs.mkdir(bucket)
-    fs.put(samples.seeds_path(), f"{bucket}/seeds.jsonl")
-    config = {
-        "name": "it-ui", "seeds": {"path": f"s3://{bucket}/seeds.jsonl", "storage_options": options},
-        "workdir": f"s3://{bucket}/runs", "synthesis": {"limit": 4, "shard_rows": 4},
-        "training": {"mixture": {"name": "ins-orig", "size": 4}, "max_length": 64, "batch_size": 4, "max_steps": 2, "eval_every": 0},
-        "evaluation": {"max_length": 64, "bootstrap_resamples": 200}, "tracking_uri": uri, "artifact_location": None,
-    }
-    logs = []
-    for _ in range(2):  # the second run finds its synthesis cached
-        result = run_deployment(env, "pipeline/pipeline", {"config": config})
-        assert result["state"] == "COMPLETED", result
-        logs.append(result["logs"])
+    uri = services["mlflow"]
+    logs = [story["first"]["logs"], story["second"]["logs"]]
     # the flow-run log says what each long stage waits for, then how fast it goes
     assert any(m.startswith("synthesis: starting the vLLM engine (smollm2, on CPU") for m in logs[0]), logs[0]
     assert any(m.startswith("synthesis: engine ready after") for m in logs[0]), logs[0]
@@ -283,7 +290,7 @@ def test_mlflow_experiment_page_compares_two_pipeline_runs(services, browser, tm
     assert any(m.startswith("evaluate trained: ") for m in logs[1]), logs[1]
 
     client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name("it-ui")
+    exp = client.get_experiment_by_name("it-pipeline")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     parents = client.search_runs([exp.experiment_id], filter_string="tags.`dualview.run_kind` = 'pipeline'")
     assert len(parents) == 2  # one comparable row per pipeline run, nested stage runs excluded

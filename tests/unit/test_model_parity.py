@@ -77,7 +77,7 @@ def eval_texts() -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["mean", "cls", "lasttoken", "dense", "prompts"])
+@pytest.mark.parametrize("variant", ["mean", "lasttoken", "prompts"])  # where truncation of long texts differs
 def test_the_bundled_eval_set_embeds_as_sentence_transformers(st_folders, variant):
     queries, docs = eval_texts()
     st, ours = reference(st_folders[variant]), Encoder(str(st_folders[variant]))
@@ -86,7 +86,7 @@ def test_the_bundled_eval_set_embeds_as_sentence_transformers(st_folders, varian
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["cls", "lasttoken", "dense", "prompts"])
+@pytest.mark.parametrize("variant", ["dense", "prompts"])  # a layer after pooling; prompts left out of pooling
 def test_evaluate_cli_scores_are_sentence_transformers_cosines(st_folders, variant, tmp_path, capsys):
     assert main(["evaluate", "--model", str(st_folders[variant]), "--eval-set", followir_path(),
                  "--out", str(tmp_path), "--resamples", "10"]) == 0
@@ -95,9 +95,8 @@ def test_evaluate_cli_scores_are_sentence_transformers_cosines(st_folders, varia
     run = read_run(str(tmp_path / "run_og.trec"), es.qrels_for("og"))
     queries, corpus = es.queries_for("og"), {r["doc_id"]: doc_text(r["title"], r["text"]) for r in es.corpus.to_pylist()}
     st = reference(st_folders[variant])
-    worst = 0.0
-    for query_id, scores in run.items():
-        q = st.encode_query([query_text(*queries[query_id])], normalize_embeddings=True)[0]
-        d = st.encode_document([corpus[doc] for doc in scores], normalize_embeddings=True)
-        worst = max(worst, float(np.abs(d @ q - np.array(list(scores.values()))).max()))
-    assert worst < 1e-5
+    query_ids, doc_ids = list(run), sorted({doc for scores in run.values() for doc in scores})
+    q = dict(zip(query_ids, st.encode_query([query_text(*queries[i]) for i in query_ids], normalize_embeddings=True)))
+    d = dict(zip(doc_ids, st.encode_document([corpus[i] for i in doc_ids], normalize_embeddings=True)))
+    worst = max(abs(float(d[doc] @ q[query_id]) - score) for query_id, scores in run.items() for doc, score in scores.items())
+    assert len(run) == len(queries) and worst < 1e-5
