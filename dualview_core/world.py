@@ -93,13 +93,6 @@ FINDINGS = (
     "The effect was strongest in the first few weeks and then faded.",
     "Participants who kept going longest showed the largest change.",
 )
-FILLERS = (
-    "Data were collected with questionnaires and routine check-ups.",
-    "The team notes that the sample was small.",
-    "Funding came from a regional health agency.",
-    "Several participants dropped out before the end.",
-    "The report ends with suggestions for a larger follow-up.",
-)
 
 
 @dataclass(frozen=True)
@@ -168,7 +161,7 @@ class _Writer:
         y = OUTCOMES[topic[1]][0 if verbatim else 1]
         a_method = article(attributes["method"])
         opening = self.rng.choice(OPENINGS).format(x=x, y=y, a_method=a_method, A_method=a_method.capitalize(), **attributes)
-        text = " ".join([opening, self.rng.choice(FINDINGS), self.rng.choice(FILLERS)])
+        text = " ".join([opening, self.rng.choice(FINDINGS)])  # short: the check trains on 2 CPU cores
         title = f"{x[0].upper()}{x[1:]} and {y}: {article(attributes['method'])} in {attributes['place']}"
         return Passage(f"{prefix}{self.count:05d}", title, text, dict(attributes))
 
