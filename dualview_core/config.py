@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dualview_core.model_folder import POOLING_MODES
 
@@ -151,12 +151,26 @@ class OpenAIEngineConfig(_Config):
     )
 
 
+class ReferenceEngineConfig(_Config):
+    """The reference engine, for controlled benchmarks only (the method check): it writes the known
+    correct reversed instruction from a world's metadata (`dualview_core.world`), not from a model."""
+
+    world: str | None = Field(
+        None, description="The world.json written with the seeds (`World.write`). Seeds it does not "
+        "describe get an engine error, never an invented answer.",
+    )
+
+
 class SynthesisConfig(_Config):
     """Polarity-reversal synthesis: which engine, how to decode, what to accept."""
 
-    engine: Literal["vllm", "openai"] = Field("vllm", description="Which engine writes the instructions.")
+    engine: Literal["vllm", "openai", "reference"] = Field(
+        "vllm", description="Which engine writes the instructions. 'reference' exists only for controlled "
+        "benchmarks whose correct answers are known (benchmarks/method_check.py), never for real seeds.",
+    )
     vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig)
     openai: OpenAIEngineConfig = Field(default_factory=OpenAIEngineConfig)
+    reference: ReferenceEngineConfig = Field(default_factory=ReferenceEngineConfig)
     sampling: SamplingConfig = Field(
         default_factory=lambda: SamplingConfig(
             max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
@@ -207,8 +221,15 @@ class SynthesisConfig(_Config):
             sampling=SamplingConfig(),
         )
 
+    @model_validator(mode="after")
+    def _reference_needs_no_verifier(self) -> SynthesisConfig:
+        if self.engine == "reference" and self.verify:
+            raise ValueError("verify asks a model to check answers; the reference engine's answers are known "
+                             "correct and it has no model: turn verify off")
+        return self
+
     def model_id(self) -> str:
-        return self.vllm.model if self.engine == "vllm" else self.openai.model
+        return {"vllm": self.vllm.model, "openai": self.openai.model, "reference": "reference"}[self.engine]
 
 
 # --- training -----------------------------------------------------------------------------------

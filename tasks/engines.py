@@ -1,12 +1,20 @@
-"""Synthesis engines: one small interface, two implementations, both stages of a Ray Data pipeline.
+"""Synthesis engines: one small interface, three implementations.
 
-An engine turns rows `{cache_key, messages}` into rows `{cache_key, raw_response, prompt_tokens,
-completion_tokens, latency_s, attempts, error}` (the columns of `dualview_core.synthesis.EngineResult`).
+An engine turns rows `{cache_key, messages, query_id, query, target_doc_id}` (the rendered prompt,
+and which seed and which instruction negative N* it is about) into rows `{cache_key, raw_response,
+prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
+`dualview_core.synthesis.EngineResult`). LLM engines read only the messages; `answers(rows, n)`
+yields complete result rows `n` at a time.
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
 - `OpenAIEngine`: any OpenAI-compatible chat endpoint, with bounded concurrency, per-request timeouts
   and retries with backoff (tasks/openai_client.py).
+  Both are stages of a Ray Data pipeline.
+- `ReferenceEngine` (`engine: reference`): for controlled benchmarks only. It answers from a world's
+  metadata (`dualview_core.world`) with the known correct reversal for N*, in the answer format the
+  parser reads, so guards, mixtures, training and evaluation run unchanged. It calls no model and
+  needs no Ray: it answers in this process. Real seeds have no world; it must never stand in for an LLM.
 
 A prefill (SamplingConfig.prefill) is sent as a final assistant message that the reply continues.
 vLLM's processor always continues it, so its raw response is prefill + continuation. An endpoint is
@@ -24,7 +32,7 @@ Rows an engine still fails on come back as error rows; `result_row` gives each o
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from dualview_core.config import SamplingConfig, SynthesisConfig
@@ -42,7 +50,26 @@ PASSTHROUGH_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "VLLM_CP
 class Engine(Protocol):
     model_id: str
 
-    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset: ...
+    def answers(self, rows: list[dict], batch_rows: int) -> Iterator[list[dict]]: ...
+
+
+class _RayDataEngine:
+    """An engine that is a Ray Data stage (`transform`); answers stream out of the pipeline."""
+
+    cfg: SynthesisConfig
+
+    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+        raise NotImplementedError
+
+    def answers(self, rows: list[dict], batch_rows: int) -> Iterator[list[dict]]:
+        import ray
+
+        from tasks.ray_runtime import ensure_ray
+
+        ensure_ray(self.cfg.ray_address)
+        ds = self.transform(ray.data.from_items(rows))
+        for batch in ds.iter_batches(batch_size=batch_rows, batch_format="pyarrow"):
+            yield [result_row(r) for r in batch.to_pylist()]
 
 
 def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:
@@ -57,6 +84,8 @@ def start_wait(cfg: SynthesisConfig) -> tuple[str, str]:
         where = ("on CPU; usually 1-2 min" if v.cpu else
                  f"{v.replicas} replica(s) x {v.tensor_parallel_size} GPU(s); large models take several minutes")
         return "starting the vLLM engine", f"{v.model}, {where}"
+    if cfg.engine == "reference":
+        return "reading the world's metadata", f"{cfg.reference.world} (reference engine, no model)"
     return "starting the Ray Data client stage", f"{cfg.openai.base_url}, model {cfg.openai.model}"
 
 
@@ -82,6 +111,8 @@ PromptCounter = Callable[[list[dict]], int]
 
 def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[PromptCounter, int] | None:
     """(messages -> prompt tokens, context length) for the configured engine, or None when unknown."""
+    if cfg.engine == "reference":
+        return None  # no model, no context
     if cfg.engine == "vllm":
         tokenizer_source, context = model_path or cfg.vllm.model, cfg.vllm.max_model_len
     elif cfg.openai.context_length and cfg.openai.tokenizer:
@@ -106,7 +137,7 @@ def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[Prompt
     return count, context
 
 
-class VLLMEngine:
+class VLLMEngine(_RayDataEngine):
     def __init__(self, cfg: SynthesisConfig, model_path: str):
         self.cfg, self.model_path = cfg, model_path
         self.model_id = cfg.vllm.model
@@ -165,7 +196,7 @@ class VLLMEngine:
         return processor(ds)
 
 
-class OpenAIEngine:
+class OpenAIEngine(_RayDataEngine):
     def __init__(self, cfg: SynthesisConfig):
         self.cfg = cfg
         self.model_id = cfg.openai.model
@@ -185,17 +216,44 @@ class OpenAIEngine:
         )
 
 
+class ReferenceEngine:
+    """The known correct reversal for N*, read from the world's metadata. Controlled benchmarks only."""
+
+    def __init__(self, cfg: SynthesisConfig):
+        from dualview_core.world import read_metadata
+
+        if not cfg.reference.world:
+            raise ValueError("engine 'reference' needs synthesis.reference.world (the world.json of the seeds)")
+        self.cfg, self.model_id = cfg, "reference"
+        self.world = read_metadata(cfg.reference.world)
+
+    def answers(self, rows: list[dict], batch_rows: int) -> Iterator[list[dict]]:
+        from dualview_core.world import reference_answer
+
+        for start in range(0, len(rows), batch_rows):
+            out = []
+            for row in rows[start : start + batch_rows]:
+                try:
+                    raw, error = reference_answer(self.world, row["query_id"], row["target_doc_id"], row["query"]), None
+                except KeyError as e:  # a seed or passage the world does not describe
+                    raw, error = None, f"reference engine: the world has no {e.args[0]}"
+                out.append(result_row({"cache_key": row["cache_key"], "raw_response": raw, "prompt_tokens": 0,
+                                       "completion_tokens": 0, "latency_s": 0.0, "error": error}))
+            yield out
+
+
+ENGINES: dict[str, Callable[[SynthesisConfig, str | None], Engine]] = {
+    "vllm": lambda cfg, model_path: VLLMEngine(cfg, model_path or cfg.vllm.model),
+    "openai": lambda cfg, model_path: OpenAIEngine(cfg),
+    "reference": lambda cfg, model_path: ReferenceEngine(cfg),
+}
+
+
 def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> Engine:
-    if cfg.engine == "vllm":
-        return VLLMEngine(cfg, model_path or cfg.vllm.model)
-    return OpenAIEngine(cfg)
+    return ENGINES[cfg.engine](cfg, model_path)
 
 
-def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: list[dict]):
-    """Send rows `{cache_key, messages}` through the configured engine in a Ray Data pipeline; yield
-    lists of complete result rows (`result_row`), `cfg.shard_rows` at a time, as answers arrive."""
-    import ray
-
-    ds = make_engine(cfg, model_path).transform(ray.data.from_items(rows))
-    for batch in ds.iter_batches(batch_size=cfg.shard_rows, batch_format="pyarrow"):
-        yield [result_row(r) for r in batch.to_pylist()]
+def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: list[dict]) -> Iterator[list[dict]]:
+    """Send rows `{cache_key, messages, ...}` through the configured engine; yield lists of complete
+    result rows (`result_row`), `cfg.shard_rows` at a time, as answers arrive."""
+    yield from make_engine(cfg, model_path).answers(rows, cfg.shard_rows)

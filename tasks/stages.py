@@ -219,6 +219,9 @@ def _local_model(model: str, options: dict) -> str:
 # --- sweep ----------------------------------------------------------------------------------------
 
 
+DUAL_VIEW_MIXTURES = ("ins-dv", "all-dv")
+
+
 def sweep_points(config: SweepConfig) -> list[dict]:
     """The grid: every mixture × seed, the ratio mixture also × every ratio."""
     points = []
@@ -232,7 +235,9 @@ def sweep_points(config: SweepConfig) -> list[dict]:
 
 def train_point(parent: RunRef, point: dict, p: PipelineConfig, dual_views: str, folder: str) -> dict:
     """Train and evaluate one grid point inside its own nested run."""
-    mixture = p.training.mixture.model_copy(update={"name": point["mixture"], "seed": point["seed"],
+    # corruption swaps dual-view instructions: mixtures without dual views train on their clean rows
+    clean = {} if point["mixture"] in DUAL_VIEW_MIXTURES else {"corruption": 0.0}
+    mixture = p.training.mixture.model_copy(update={"name": point["mixture"], "seed": point["seed"], **clean,
                                                     **({"ratio": point["ratio"]} if point["ratio"] is not None else {})})
     training = p.training.model_copy(update={"mixture": mixture, "seed": point["seed"]})
     with stage_run(parent, point["name"], tags={"dualview.sweep_point": point["name"]}) as run:

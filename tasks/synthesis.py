@@ -106,12 +106,12 @@ def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, cost
     from tasks.engines import answer_batches, start_wait
     from tasks.llm_models import resolve_llm
     from tasks.progress import Meter, waiting
-    from tasks.ray_runtime import ensure_ray
 
     cfg = ask.cfg
     model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir, progress) if cfg.engine == "vllm" else None
     items = {i.cache_key: i for i in pending}
-    rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template)} for i in pending]
+    rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template), **engine_fields(i)}
+            for i in pending]
     fresh: dict[str, dict] = {}
     meter = Meter("synthesis", len(pending), "rows", progress, every_s=PROGRESS_EVERY_S)
 
@@ -130,7 +130,6 @@ def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, cost
         progress(f"synthesis: {len(too_long)} prompt(s) too long for the engine's context, rejected before sending")
         meter.start(already=publish(too_long))
     if rows:
-        ensure_ray(cfg.ray_address)
         with waiting("synthesis", *start_wait(cfg), progress) as wait:
             for n, results in enumerate(answer_batches(cfg, model_path, rows)):
                 answered = publish(results)
@@ -144,6 +143,13 @@ def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, cost
         meter.advance(publish([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
                                for k in missing]), "engine returned no row for these")
     return fresh
+
+
+def engine_fields(item: WorkItem) -> dict:
+    """What an engine may read besides the messages: which seed, and which instruction negative is N*.
+    LLM engines ignore them; the reference engine answers from them."""
+    return {"query_id": item.seed["query_id"], "query": item.seed["query"],
+            "target_doc_id": item.seed["instruction_negatives"][item.target_index]["doc_id"]}
 
 
 def _fit(rows: list[dict], cfg: SynthesisConfig, model_path: str | None) -> tuple[list[dict], list[dict]]:

@@ -1,0 +1,48 @@
+"""The reference engine through the real synthesis code path on a tiny world: every seed gets the
+known correct reversal as its dual view, guards included, without a model or Ray."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from dualview_core.config import ReferenceEngineConfig, SynthesisConfig
+from dualview_core.world import WorldConfig, build_world, reference_instruction
+from tasks.synthesis import run_synthesis
+
+pytestmark = pytest.mark.integration
+
+
+def test_reference_engine_writes_the_known_reversals(tmp_path):
+    world = build_world(WorldConfig(seed=1, seed_topics=6, eval_topics=2))
+    files = world.write(tmp_path / "world")
+    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=files["world"]))
+    summary = run_synthesis(files["seeds"], str(tmp_path / "out"), cfg, progress=lambda _: None)
+    assert summary["synthesis_seeds"] == 6 and summary["dual_views"] == 6 and summary["rejected"] == 0
+    assert summary["model_id"] == "reference"
+    views = pq.read_table(tmp_path / "out" / "dual_views.parquet").to_pylist()
+    seeds = {r["query_id"]: r for r in world.seeds if r["has_instruction"]}
+    for view in views:
+        seed = seeds[view["query_id"]]
+        assert view["positive"]["doc_id"] == seed["new_negatives"][0]["docid"]  # N* is the answer
+        assert view["negatives"][0]["doc_id"] == seed["positive_passages"][0]["docid"]  # old positive first
+        assert view["instruction"] == reference_instruction(world.metadata, view["query_id"], view["positive"]["doc_id"])
+    again = run_synthesis(files["seeds"], str(tmp_path / "out"), cfg, progress=lambda _: None)
+    assert again["plan"]["pending"] == 0 and again["dual_views"] == 6  # cached like any engine
+
+
+def test_reference_engine_records_seeds_its_world_does_not_describe(tmp_path):
+    files = build_world(WorldConfig(seed=1, seed_topics=5, eval_topics=2)).write(tmp_path / "a")
+    other = build_world(WorldConfig(seed=2, seed_topics=5, eval_topics=2)).write(tmp_path / "b")
+    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=other["world"]), max_error_runs=1)
+    summary = run_synthesis(files["seeds"], str(tmp_path / "out"), cfg, progress=lambda _: None)
+    assert summary["dual_views"] == 0 and summary["outcomes"]["by_reason"] == {"engine_error": 5}  # ids alike, queries not
+
+
+def test_reference_engine_refuses_verification_and_a_missing_world():
+    with pytest.raises(ValueError, match="verify"):
+        SynthesisConfig(engine="reference", verify=True)
+    from tasks.engines import make_engine
+
+    with pytest.raises(ValueError, match="reference.world"):
+        make_engine(SynthesisConfig(engine="reference"))
