@@ -78,12 +78,12 @@ def generate(path: str, rows: int) -> None:
 
 
 def run_train(seeds: str, out: str, cache: str, extra: list[str]) -> dict:
-    dualview = str(Path(sys.executable).parent / "dualview")
-    cmd = ["/usr/bin/time", "-v", dualview, "train", "--mixture", "ins-orig", "--seeds", seeds, "--out", out,
+    root = str(Path(__file__).resolve().parents[1])  # `python -m flows.cli` is `dualview`, run from this checkout
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "flows.cli", "train", "--mixture", "ins-orig", "--seeds", seeds, "--out", out,
            "--max-steps", "3", "--save-every", "0", "--mixture-cache", cache, *extra]
     start, first_step, err = time.perf_counter(), None, []
     with open(os.devnull, "w") as sink, tempfile.TemporaryFile("w+") as stdout:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, stdin=sink)
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, stdin=sink, cwd=root)
         for line in proc.stderr:  # "train: N optimizer steps to run" comes just before step 1 starts
             if first_step is None and re.match(r"train: \d+ optimizer steps to run", line):
                 first_step = time.perf_counter() - start
