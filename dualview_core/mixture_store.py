@@ -44,8 +44,9 @@ MIXTURE_SCHEMA = pa.schema([pa.field("at", pa.int64(), nullable=False),
 
 def _doc_ids(column: pa.ChunkedArray | pa.Array) -> list[list[str]]:
     """The doc_ids of a list<PASSAGE> column, without turning titles and texts into Python."""
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return pa.ListArray.from_arrays(arr.offsets, arr.values.field("doc_id")).to_pylist()
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    # per chunk, from its offsets and its (unsliced) child: combining chunks would copy every text
+    return [ids for c in chunks for ids in pa.ListArray.from_arrays(c.offsets, c.values.field("doc_id")).to_pylist()]
 
 
 def _distinct_except(first: str, *lists: list[str]) -> int:
