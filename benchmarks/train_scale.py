@@ -6,7 +6,8 @@ with longer passages, no bad rows). Runs `dualview train --mixture ins-orig --se
 as a child under `/usr/bin/time -v`, twice with one fresh mixture cache: the first run builds the
 mixture on disk, the second finds it (same digest). Reports per run: exit code, wall seconds,
 seconds to the first step (until the trainer announces its steps: data, model and DeepSpeed ready),
-peak RSS, and the seconds per optimizer step the trainer reported.
+peak RSS, CPU seconds (user + system: on a shared machine the cost that does not depend on the
+others' load) and the seconds per optimizer step the trainer reported.
 
 Targets: exit 0 and peak RSS <= 6 GB at 100k rows on a 2-core, 24 GB machine with defaults; time to
 first step <= 3 min (built) and <= 30 s (reused) at 1M rows.
@@ -94,11 +95,12 @@ def run_train(seeds: str, out: str, cache: str, extra: list[str]) -> dict:
     seconds = time.perf_counter() - start
     text = "\n".join(err)
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
+    cpu_s = sum(float(re.search(rf"{kind} time \(seconds\): ([\d.]+)", text).group(1)) for kind in ("User", "System"))
     lines = [ln for ln in err if ln.startswith(("dualview:", "train:"))]
     steps = summary["steps"] if summary else 0
     return {"exit": proc.returncode, "seconds": round(seconds, 1),
             "first_step_s": round(first_step, 1) if first_step is not None else None,
-            "peak_rss_gb": round(rss_kb / 1024 ** 2, 2),
+            "peak_rss_gb": round(rss_kb / 1024 ** 2, 2), "cpu_s": round(cpu_s, 1),  # load-independent cost
             "s_per_step": round(summary["train_seconds"] / steps, 1) if steps else None,
             "summary": summary, "lines": lines[-6:]}
 
