@@ -44,7 +44,7 @@ from dualview_core.keys import canonical_json, digest
 from dualview_core.mixture_store import FORMAT, META, StoredMixture, build_store, open_store
 from dualview_core.negatives import block_width
 from dualview_core.resume import run_fingerprint
-from dualview_core.sources import filesystem
+from dualview_core.sources import SourceError, filesystem
 from tasks.preflight import check_memory
 from tasks.train_output import check_destination
 from tasks.training import PROJECT_CACHE, Callback, TrainResult, free_port, published_result, train
@@ -77,7 +77,10 @@ def inputs_key(cfg: MixtureConfig, seeds: str, dual_views: str | None, storage_o
     """What a built mixture depends on, hashed: the config, the validation rules, each input's ukey."""
     def ukey(path: str) -> str:
         fs, inner = filesystem(path, storage_options)
-        return fs.ukey(inner)
+        try:
+            return fs.ukey(inner)
+        except OSError as exc:  # a missing file says so here, as reading it would
+            raise SourceError(f"{path}: cannot read ({exc})") from exc
 
     views = [(p, ukey(p)) for p in _dual_view_files(dual_views, storage_options)] if dual_views else []
     parts = [FORMAT, cfg.model_dump(mode="json"), ValidationConfig().model_dump(mode="json"),
