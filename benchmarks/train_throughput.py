@@ -1,6 +1,11 @@
 """Training throughput: this trainer (DeepSpeed, one CPU worker) against the sentence-transformers
 trainer with MultipleNegativesRankingLoss, fed the same rows and the same hard negatives.
 
+Two pairings (`--loss`): `cached` (default) — our gradient-cached step with chunks of `--mini-batch`
+texts against CachedMultipleNegativesRankingLoss with mini_batch_size `--mini-batch` (both embed
+without graphs, take the loss gradient on the embeddings, re-run each chunk with its graph);
+`plain` — our uncached step (grad_cache_chunk 0) against MultipleNegativesRankingLoss.
+
 Both sides: the packaged MiniLM, the same batch size and max length, in-batch negatives on (MNRL
 always uses them), scale 1/τ = 50, AdamW with linear warm-up/decay, fp32 on CPU. Rows: the bundled
 sample's ins-orig mixture; each row's K negatives are drawn once by `negatives.sample_negatives`
@@ -18,7 +23,8 @@ forward + loss, backward, optimizer step) are timed afterwards, alone, to show w
 
 Target: ours / sentence-transformers >= 1.0 (samples/s; CPU efficiency as the cross-check).
 
-Run:  python benchmarks/train_throughput.py [--steps 24 --skip 3 --batch-size 8 --max-length 128 --negatives 7]
+Run:  python benchmarks/train_throughput.py [--loss cached --mini-batch 8 --steps 24 --skip 3 --batch-size 8
+      --max-length 128 --negatives 7]
 """
 
 from __future__ import annotations
@@ -98,7 +104,10 @@ def run_st(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[
         SentenceTransformerTrainer,
         SentenceTransformerTrainingArguments,
     )
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.losses import (
+        CachedMultipleNegativesRankingLoss,
+        MultipleNegativesRankingLoss,
+    )
     from transformers import TrainerCallback
 
     class TakeTurns(TrainerCallback):
@@ -117,7 +126,11 @@ def run_st(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[
             warmup_steps=cfg.warmup_ratio,  # transformers 5: a float < 1 is a ratio
             max_grad_norm=cfg.max_grad_norm, use_cpu=True, seed=cfg.seed, dataloader_drop_last=True,
             report_to="none", save_strategy="no", logging_steps=cfg.max_steps, disable_tqdm=True)
-        loss = MultipleNegativesRankingLoss(model, scale=1.0 / cfg.temperature)
+        if cfg.grad_cache_chunk:  # the same mini-batch as our chunk
+            loss = CachedMultipleNegativesRankingLoss(model, scale=1.0 / cfg.temperature,
+                                                      mini_batch_size=cfg.grad_cache_chunk)
+        else:
+            loss = MultipleNegativesRankingLoss(model, scale=1.0 / cfg.temperature)
         data = st_dataset(mixture, cfg.negatives, cfg.query_template)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss,
                                              callbacks=[TakeTurns()])
@@ -126,7 +139,7 @@ def run_st(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[
 
 
 def phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str, float]:
-    """Mean seconds per step of each phase of our step, with the same engine and batches."""
+    """Mean seconds per step of each phase of our uncached step, with the same engine and batches."""
     from tasks.training import worker_environment
 
     with worker_environment():
@@ -148,10 +161,10 @@ def _time_phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str,
         stamps = [time.perf_counter()]
         batch = next(batches)
         stamps.append(time.perf_counter())
-        q_in = _tokenize_sorted(encoder, batch.queries, cfg.encode_chunk)
-        d_in = _tokenize_sorted(encoder, batch.docs, cfg.encode_chunk)
+        q_in = _tokenize_sorted(encoder, batch.queries, cfg.encode_chunk, "query")
+        d_in = _tokenize_sorted(encoder, batch.docs, cfg.encode_chunk, "document")
         stamps.append(time.perf_counter())
-        q, d = _embed(engine, *q_in), _embed(engine, *d_in)  # (batch, dim), (n_valid, dim)
+        q, d = _embed(engine, *q_in, "query"), _embed(engine, *d_in, "document")  # (batch, dim), (n_valid, dim)
         candidates = torch.tensor(batch.candidates)  # (batch, 1 + width)
         positives, allowed = candidate_mask(candidates, 0, len(batch.queries), True)
         loss = info_nce(q, scatter_valid(d, candidates), positives, allowed, cfg.temperature)
@@ -168,7 +181,8 @@ def _time_phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str,
 def config(args: argparse.Namespace) -> TrainingConfig:
     return TrainingConfig(mixture=MixtureConfig(name="ins-orig", heldout_fraction=0.0), max_length=args.max_length,
                           batch_size=args.batch_size, max_steps=args.steps, negatives=args.negatives,
-                          strict_negatives=True, learning_rate=2e-5, eval_every=0)
+                          strict_negatives=True, learning_rate=2e-5, eval_every=0,
+                          grad_cache_chunk=args.mini_batch if args.loss == "cached" else 0)
 
 
 def worker(which: str, argv: list[str], mine, theirs, results) -> None:
@@ -216,6 +230,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--negatives", type=int, default=7, help="K; every ins-orig row of the sample has 7")
+    p.add_argument("--loss", choices=("cached", "plain"), default="cached",
+                   help="cached: gradient caching on both sides; plain: neither")
+    p.add_argument("--mini-batch", type=int, default=8, help="texts per chunk (ours) = mini_batch_size (ST)")
+    p.add_argument("--no-phases", action="store_true", help="skip timing our step's phases")
     return p
 
 
@@ -225,7 +243,8 @@ def main() -> None:
     rows = len(build_mixture(read_seeds(samples.seeds_path()).seeds, None, config(args).mixture).rows)
     table = {"setup": {**vars(args), "rows": rows, "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}}
     table.update(summary(spawn(["ours", "st"], argv), args.skip, args.batch_size))
-    table["our_step_phases_s"] = {k: round(v, 4) for k, v in spawn(["phases"], argv)["phases"].items()}
+    if not args.no_phases:
+        table["our_uncached_step_phases_s"] = {k: round(v, 4) for k, v in spawn(["phases"], argv)["phases"].items()}
     print(json.dumps(table, indent=2))
 
 

@@ -67,9 +67,10 @@ def block_width(rows: Sequence[TrainingRow], k: int, *, strict: bool) -> int:
 
     Strict runs fail here, before any model is loaded, if a row has fewer than k negatives.
     """
-    if not rows:
+    if not len(rows):
         raise NegativesError("no training rows")
-    counts = [available(r) for r in rows]
+    known = getattr(rows, "available_negatives", None)  # a stored mixture counted them when it was built
+    counts = known() if known else [available(r) for r in rows]
     short = sum(c < k for c in counts)
     if strict and short:
         raise NegativesError(

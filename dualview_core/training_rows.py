@@ -89,10 +89,14 @@ def from_dual_view(row: Mapping) -> TrainingRow:
     )
 
 
+def corrupted_key(key: str, instruction: str) -> str:
+    """The key of the row `key` under someone else's instruction."""
+    return digest(canonical_json([key, "corrupted", instruction]))
+
+
 def corrupt(row: TrainingRow, instruction: str) -> TrainingRow:
     """The same dual view under someone else's instruction, with a key of its own."""
-    key = digest(canonical_json([row.key, "corrupted", instruction]))
-    return dataclasses.replace(row, key=key, instruction=instruction, corrupted=True)
+    return dataclasses.replace(row, key=corrupted_key(row.key, instruction), instruction=instruction, corrupted=True)
 
 
 # --- epochs ---------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from dualview_core.config import TrainingConfig
 from dualview_core.ds_config import deepspeed_config
+from dualview_core.mixture_store import StoredMixture
 from dualview_core.mixtures import Mixture
 from dualview_core.negatives import TextBatch, block_width, make_batch
 from dualview_core.resume import Progress, check_resumable, resume_position, run_fingerprint, state_location, tag_for
@@ -199,13 +200,18 @@ def _engine(cfg: TrainingConfig, module, steps: int, world: int, device: str):
 # --- the loop -------------------------------------------------------------------------------------
 
 
-def _micro_batches(mixture: Mixture, cfg: TrainingConfig, width: int, rank: int, world: int,
+def _rows_at(rows, idx: list[int]) -> list:
+    """A batch's rows; a stored mixture (`mixture_store.StoredRows`) reads only these from disk."""
+    return rows.take(idx) if hasattr(rows, "take") else [rows[i] for i in idx]
+
+
+def _micro_batches(mixture: Mixture | StoredMixture, cfg: TrainingConfig, width: int, rank: int, world: int,
                    skip: int = 0) -> Iterator[TextBatch]:
     """This rank's micro-batches, epoch after epoch, after the first `skip`; negatives re-drawn each epoch."""
     epoch, index = resume_position(skip, len(mixture.rows) // (cfg.batch_size * world))
     while True:
         for idx in rank_batches(len(mixture.rows), cfg.batch_size, epoch, cfg.seed, rank, world)[index:]:
-            rows = [mixture.rows[i] for i in idx]
+            rows = _rows_at(mixture.rows, idx)
             yield make_batch(rows, width, epoch=epoch, seed=cfg.seed, template=cfg.query_template)
         epoch, index = epoch + 1, 0
 
@@ -296,7 +302,7 @@ def _separation(encoder, pairs, cfg: TrainingConfig) -> float:
     return separation(lambda texts: encoder.encode_query(texts, batch_size=64), pairs, cfg.query_template)
 
 
-def _run_steps(engine, encoder, mixture: Mixture, cfg: TrainingConfig, steps: int, width: int,
+def _run_steps(engine, encoder, mixture: Mixture | StoredMixture, cfg: TrainingConfig, steps: int, width: int,
                emit: Callable[[int, dict], None], *, done: int = 0, saved: Callable[[int], None] = lambda step: None) -> None:
     """Optimizer steps done+1..steps; `saved(step)` every `save_every` steps before the last."""
     import torch.distributed as dist
@@ -334,7 +340,7 @@ def published_result(out: str, metadata: dict) -> TrainResult:
                        metadata["data_digest"], resumed_from=steps)
 
 
-def train(cfg: TrainingConfig, mixture: Mixture, out: str, *, storage_options: dict | None = None,
+def train(cfg: TrainingConfig, mixture: Mixture | StoredMixture, out: str, *, storage_options: dict | None = None,
           callback: Callback | None = None) -> TrainResult:
     """Train on `mixture` and publish a sentence-transformers checkpoint at `out` (folder or s3://).
 
@@ -351,7 +357,7 @@ def train(cfg: TrainingConfig, mixture: Mixture, out: str, *, storage_options: d
         return _train(cfg, mixture, out, width, storage_options, callback)
 
 
-def _train(cfg: TrainingConfig, mixture: Mixture, out: str, width: int, storage_options: dict | None,
+def _train(cfg: TrainingConfig, mixture: Mixture | StoredMixture, out: str, width: int, storage_options: dict | None,
            callback: Callback | None) -> TrainResult:
     from tasks.train_state import clear_state, load_state, read_progress, save_state
 

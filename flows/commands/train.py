@@ -109,7 +109,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         with stdout_to_stderr():
             result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
-                         storage_options=storage_options(args), callback=progress_printer())
+                         storage_options=storage_options(args), callback=progress_printer(),
+                         mixture_cache=args.mixture_cache)
     except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch, MemoryShortfall) as exc:
         print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -126,6 +127,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "held-out split and the default N depend on it, and runs compare only when both match")
     p.add_argument("--out", required=True, help="checkpoint folder, local or s3:// (must not exist). A run "
                    "that crashed resumes when started again with the same --out")
+    p.add_argument("--mixture-cache", help="folder of built mixtures (default: .cache/mixtures in the project). "
+                   "A mixture is built there once, memory-mapped by every rank, and reused while the inputs "
+                   "and the mixture flags are unchanged; delete a folder to free its disk")
     p.add_argument("--processes", type=int, default=1,
                    help="ranks: 1 runs in this process, more run under the deepspeed launcher")
     budget = p.add_mutually_exclusive_group()
