@@ -204,7 +204,7 @@ class SynthesisConfig(_Config):
     geometry_encoder: str = Field("minilm", description="The frozen encoder for the geometry filter.")
     limit: int | None = Field(None, gt=0, description="Use only the first N eligible seeds (smoke runs).")
     shard_rows: int = Field(
-        16, gt=0, description="Rows per output shard. Smaller shards lose less work to a crash; more files."
+        1024, gt=0, description="Rows per output shard. Smaller shards lose less work to a crash; more files."
     )
     ray_address: str | None = Field(None, description="Ray cluster address; None starts a local Ray.")
     model_cache_dir: str = Field(".cache/models", description="Where packaged models are converted and cached.")

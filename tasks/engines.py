@@ -4,7 +4,9 @@ An engine turns rows `{cache_key, messages, query_id, query, target_doc_id}` (th
 and which seed and which instruction negative N* it is about) into rows `{cache_key, raw_response,
 prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
 `dualview_core.synthesis.EngineResult`). LLM engines read only the messages; `answers(rows, n)`
-yields complete result rows `n` at a time.
+yields complete result rows `n` at a time. `rows` is a list, or `StagedRows`: the input staged in
+bounded Parquet files, which a Ray Data engine reads in parallel (`ray.data.read_parquet`) and the
+reference engine a file at a time, so no process holds the whole input.
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
@@ -32,7 +34,8 @@ Rows an engine still fails on come back as error rows; `result_row` gives each o
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from dualview_core.config import SamplingConfig, SynthesisConfig
@@ -47,10 +50,26 @@ OPENAI_BATCHES_IN_FLIGHT = 4  # every non-engine stage on the CPU profile: on 2 
 PASSTHROUGH_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
 
 
+ENGINE_INPUT = ("cache_key", "messages", "query_id", "query", "target_doc_id")
+
+
+@dataclass(frozen=True)
+class StagedRows:
+    """Engine input rows staged in local Parquet files (ENGINE_INPUT columns and possibly more)."""
+
+    paths: tuple[str, ...]
+
+    def __iter__(self) -> Iterator[dict]:
+        import pyarrow.parquet as pq
+
+        for path in self.paths:
+            yield from pq.read_table(path, columns=list(ENGINE_INPUT)).to_pylist()
+
+
 class Engine(Protocol):
     model_id: str
 
-    def answers(self, rows: list[dict], batch_rows: int) -> Iterator[list[dict]]: ...
+    def answers(self, rows: Iterable[dict], batch_rows: int) -> Iterator[list[dict]]: ...
 
 
 class _RayDataEngine:
@@ -61,13 +80,17 @@ class _RayDataEngine:
     def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         raise NotImplementedError
 
-    def answers(self, rows: list[dict], batch_rows: int) -> Iterator[list[dict]]:
+    def answers(self, rows: Iterable[dict], batch_rows: int) -> Iterator[list[dict]]:
         import ray
 
         from tasks.ray_runtime import ensure_ray
 
         ensure_ray(self.cfg.ray_address)
-        ds = self.transform(ray.data.from_items(rows))
+        if isinstance(rows, StagedRows):  # read by Ray Data's workers, never gathered on the driver
+            source = ray.data.read_parquet(list(rows.paths), columns=list(ENGINE_INPUT))
+        else:
+            source = ray.data.from_items(list(rows))
+        ds = self.transform(source)
         for batch in ds.iter_batches(batch_size=batch_rows, batch_format="pyarrow"):
             yield [result_row(r) for r in batch.to_pylist()]
 
@@ -227,18 +250,21 @@ class ReferenceEngine:
         self.cfg, self.model_id = cfg, "reference"
         self.world = read_metadata(cfg.reference.world)
 
-    def answers(self, rows: list[dict], batch_rows: int) -> Iterator[list[dict]]:
+    def answers(self, rows: Iterable[dict], batch_rows: int) -> Iterator[list[dict]]:
         from dualview_core.world import reference_answer
 
-        for start in range(0, len(rows), batch_rows):
-            out = []
-            for row in rows[start : start + batch_rows]:
-                try:
-                    raw, error = reference_answer(self.world, row["query_id"], row["target_doc_id"], row["query"]), None
-                except KeyError as e:  # a seed or passage the world does not describe
-                    raw, error = None, f"reference engine: the world has no {e.args[0]}"
-                out.append(result_row({"cache_key": row["cache_key"], "raw_response": raw, "prompt_tokens": 0,
-                                       "completion_tokens": 0, "latency_s": 0.0, "error": error}))
+        out = []
+        for row in rows:
+            try:
+                raw, error = reference_answer(self.world, row["query_id"], row["target_doc_id"], row["query"]), None
+            except KeyError as e:  # a seed or passage the world does not describe
+                raw, error = None, f"reference engine: the world has no {e.args[0]}"
+            out.append(result_row({"cache_key": row["cache_key"], "raw_response": raw, "prompt_tokens": 0,
+                                   "completion_tokens": 0, "latency_s": 0.0, "error": error}))
+            if len(out) == batch_rows:
+                yield out
+                out = []
+        if out:
             yield out
 
 
@@ -253,7 +279,7 @@ def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> Engine:
     return ENGINES[cfg.engine](cfg, model_path)
 
 
-def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: list[dict]) -> Iterator[list[dict]]:
+def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: Iterable[dict]) -> Iterator[list[dict]]:
     """Send rows `{cache_key, messages, ...}` through the configured engine; yield lists of complete
     result rows (`result_row`), `cfg.shard_rows` at a time, as answers arrive."""
     yield from make_engine(cfg, model_path).answers(rows, cfg.shard_rows)

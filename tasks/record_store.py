@@ -8,7 +8,14 @@
     OUT/rejections.parquet       SynthesisRecords rejected for the current seeds (derived)
     OUT/quarantine.parquet       seed rows that failed validation
     OUT/report.md                counts and a few examples per outcome, for a person (derived)
-    OUT/manifest.json            the last completed run: seed map, fingerprint, counts, versions
+    OUT/seed_map.parquet         the last completed run's seeds (query_id, seed_key), for the next diff
+    OUT/manifest.json            the last completed run: fingerprints, counts, versions (older
+                                 manifests held the seed map inline; they are still read)
+    OUT/.pending/RUN/*.parquet   a run's rendered engine input, staged in bounded files (removed
+                                 when the run ends; a killed run's are removed by the next)
+
+What is cached is decided from an index (dualview_core.cache_index) built from two columns of the
+shards; whole records are read only for the rows a run derives its tables from, a shard at a time.
 
 A run holds OUT/.lock (local folders) so two runs on one folder cannot interleave their writes.
 """
@@ -18,21 +25,69 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import posixpath
+import shutil
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dualview_core.cache_index import SEED_MAP, KeyIndex, build_index
 from dualview_core.contracts import SYNTHESIS_RECORD, conform, upgrade_synthesis_record
-from dualview_core.io import write_table
+from dualview_core.io import read_table, write_table
 from dualview_core.sources import filesystem
 from dualview_core.synthesis import final_records
 
 
-RECORDS, VERIFICATIONS = "records", "verifications"
+RECORDS, VERIFICATIONS, PENDING, SEED_MAP_FILE = "records", "verifications", ".pending", "seed_map.parquet"
+INDEX_COLUMNS = ["cache_key", "rejection"]
+SHARDS_IN_MEMORY = 4  # whole shards kept while fetching records; runs write shards in seed order
+
+
+class ShardIndex:
+    """The cache index of one folder of shards, and the records it points at, fetched by key."""
+
+    def __init__(self, store: RecordStore, shards: list[str], rows: list[int], index: KeyIndex):
+        self.store, self.shards, self.index = store, shards, index
+        self.offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.index
+
+    def lookup(self, keys: Sequence[str]) -> np.ndarray:
+        return self.index.lookup(keys)
+
+    def fetch(self, keys: Sequence[str]) -> list[dict | None]:
+        """The record answering each key (None where none does), reading only the shards that hold them."""
+        positions = self.index.lookup(keys)
+        out: list[dict | None] = [None] * len(keys)
+        shard_of = np.searchsorted(self.offsets, positions, side="right") - 1
+        for shard in np.unique(shard_of[positions >= 0]):
+            wanted = np.flatnonzero((positions >= 0) & (shard_of == shard))
+            rows = self._table(int(shard)).take(pa.array(positions[wanted] - self.offsets[shard])).to_pylist()
+            for i, rec in zip(wanted, rows):
+                out[i] = rec
+        return out
+
+    def _table(self, shard: int) -> pa.Table:
+        if shard in self._cache:
+            self._cache.move_to_end(shard)
+            return self._cache[shard]
+        table = self.store.read_shard(self.shards[shard])
+        self._cache[shard] = table
+        if len(self._cache) > SHARDS_IN_MEMORY:
+            self._cache.popitem(last=False)
+        return table
 
 
 class RecordStore:
@@ -56,6 +111,21 @@ class RecordStore:
                 table = conform(upgrade_synthesis_record(pq.read_table(f)), SYNTHESIS_RECORD, what=shard)
             yield from table.to_pylist()
 
+    def read_shard(self, shard: str, columns: list[str] | None = None) -> pa.Table:
+        with self.fs.open(shard, "rb") as f:
+            if columns:
+                return pq.read_table(f, columns=columns)
+            return conform(upgrade_synthesis_record(pq.read_table(f)), SYNTHESIS_RECORD, what=shard)
+
+    def shard_names(self, folder: str = RECORDS) -> list[str]:
+        return [posixpath.basename(s) for s in self._shards(folder)]
+
+    def index(self, max_error_runs: int = 3, folder: str = RECORDS) -> ShardIndex:
+        """Which keys are answered and by which record, reading only the index columns of each shard."""
+        shards = self._shards(folder)
+        tables = [self.read_shard(s, INDEX_COLUMNS) for s in shards]
+        return ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs))
+
     def records(self, max_error_runs: int = 3, folder: str = RECORDS) -> dict[str, dict]:
         """cache_key -> its final record. Transient engine errors are skipped, so a re-run retries
         them, until a key has failed in `max_error_runs` runs."""
@@ -75,6 +145,40 @@ class RecordStore:
         self.fs.mv(tmp, posixpath.join(self.root, name))
         return self.path(name)
 
+    def write_seed_map(self, table: pa.Table) -> str:
+        write_table(self.path(SEED_MAP_FILE), table, SEED_MAP, self.options)
+        return SEED_MAP_FILE
+
+    def previous_seed_map(self, manifest: dict) -> pa.Table:
+        """The last completed run's seeds: its seed_map.parquet, or the map an older manifest held inline."""
+        if "seeds" in manifest:
+            seeds = manifest["seeds"]
+            return pa.table({"query_id": list(seeds), "seed_key": list(seeds.values())}, schema=SEED_MAP)
+        if manifest.get("seed_map"):
+            return read_table(self.path(manifest["seed_map"]), SEED_MAP, self.options)
+        return SEED_MAP.empty_table()
+
+    @property
+    def local(self) -> bool:
+        return self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
+
+    def staging(self) -> str:
+        """A fresh local folder for this run's staged engine input: OUT/.pending/RUN for a local
+        OUT (earlier runs' leftovers are removed), a temporary folder for a remote one."""
+        self.remove_staging()
+        if self.local:
+            self._staging = str(Path(self.root) / PENDING / uuid.uuid4().hex)
+        else:
+            self._staging = tempfile.mkdtemp(prefix="dualview-pending-")
+        os.makedirs(self._staging, exist_ok=True)
+        return self._staging
+
+    def remove_staging(self) -> None:
+        if self.local:
+            shutil.rmtree(Path(self.root) / PENDING, ignore_errors=True)
+        elif getattr(self, "_staging", None):
+            shutil.rmtree(self._staging, ignore_errors=True)
+
     def manifest(self) -> dict:
         path = posixpath.join(self.root, "manifest.json")
         return json.loads(self.fs.cat_file(path)) if self.fs.exists(path) else {}
@@ -87,7 +191,7 @@ class RecordStore:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Exclusive use of a local output folder; remote folders rely on the orchestrator's limit."""
-        if self.fs.protocol not in ("file", ("file", "local")) and "file" not in self.fs.protocol:
+        if not self.local:
             yield
             return
         with open(Path(self.root) / ".lock", "w") as handle:

@@ -1,41 +1,55 @@
 """Polarity-reversal synthesis, end to end: seeds → render → engine → parse and guard → shards.
 
-The run reads and validates the seeds (bad rows to OUT/quarantine.parquet), plans which calls are
-not yet cached, streams only those through the engine inside a Ray Data pipeline, and publishes each
-finished group of answers as one shard. A row whose prompt cannot fit the engine's context is
+The run streams the seeds batch by batch (bad rows to OUT/quarantine.parquet) and decides from the
+cache index (two columns of the record shards, tasks/record_store.py) which calls are not yet
+cached. Only those are rendered and staged, in bounded Parquet files, for the engine, which reads
+them inside a Ray Data pipeline (or in this process, for the reference engine); each finished group
+of answers is published as one shard. A row whose prompt cannot fit the engine's context is
 rejected before the engine (prompt_too_long); a row the engine fails on is recorded with its reason,
 so every planned row ends as a record. With `verify`, accepted rows get a second, cached call
-(tasks/verification.py). Then it derives the dual-view rows, the rejections and report.md for the
-current seeds and records the run in the manifest. Killed at any moment, a re-run picks up exactly
-where the published shards end.
+(tasks/verification.py). Then a second pass over the seeds derives the dual-view rows, the
+rejections and report.md for the current seeds, streaming, and the run is recorded in the manifest
+(its seed map in OUT/seed_map.parquet). When nothing changed since the last run (same seeds, same
+shards, same settings) the derived files stand as they are. The driver holds one batch of seeds,
+the index and the pending rows' keys, never the data set. Killed at any moment, a re-run picks up
+exactly where the published shards end.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from dualview_core.cache_index import KeyIndex, seed_diff
 from dualview_core.config import SynthesisConfig
 from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
 from dualview_core.dual_view import make_dual_view
-from dualview_core.io import write_table
-from dualview_core.keys import content_digest
+from dualview_core.io import TableWriter
+from dualview_core.keys import canonical_json, content_digest, digest
 from dualview_core.loading import stream_seeds
 from dualview_core.parsing import Rejection, judge
 from dualview_core.prompting import default_template, prompt_version, render
 from dualview_core.seeds import select_synthesis_seeds
 from dualview_core.sources import source_fingerprint
-from dualview_core.synthesis import (CostSummary, EngineResult, WorkItem, outcomes, plan, prompt_too_long, record,
-                                     seed_fields)
-from dualview_core.synthesis_report import render_report
+from dualview_core.synthesis import (CostSummary, EngineResult, WorkItem, cache_key, prompt_too_long, record,
+                                     seed_fields, targets)
+from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
 from tasks.progress import duration
 from tasks.record_store import RecordStore
 
 Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
+STAGE_ROWS = 4096  # rendered rows per staged engine-input file
+VERIFY_ROWS = 20_000  # rows handed to the verification pass at a time
+INFO = ("cache_key", "seed_key", "target_index", "query_id", "query", "instruction")  # what a record needs
+TARGET = ("target_title", "target_text")  # N*, for the geometry filter only
 
 
 def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_options: dict | None = None,
@@ -48,44 +62,44 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
     with store.lock():
         start = time.perf_counter()
         source = source_fingerprint(seeds_path, storage_options)  # before reading: a later edit is a change
-        batches, validator = stream_seeds(seeds_path, storage_options, quarantine_path=store.path("quarantine.parquet"),
-                                          quarantine_options=out_options)
-        seeds = [row for batch in batches for row in select_synthesis_seeds(batch).to_pylist()][: cfg.limit]
         template = default_template()
         version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.model_dump(mode="json")
-        cached = store.records(cfg.max_error_runs)
-        work = plan(seeds, set(cached), store.manifest().get("seeds", {}), per_negative=cfg.per_negative,
-                    prompt_version=version, model_id=model_id, sampling=sampling)
-        progress(f"synthesis: {len(seeds)} seeds, {len(work.pending)} to send, {len(work.cached)} cached "
-                 f"(new {work.new}, changed {work.changed}, removed {work.removed})")
-        costs = CostSummary()
         ask = _Asking(cfg, template, version, model_id, sampling)
-        fresh = _call_engine(work.pending, ask, store, costs, progress) if work.pending else {}
-        items = work.cached + work.pending
-        records = [{**(cached.get(i.cache_key) or fresh[i.cache_key]), **seed_fields(i.seed)} for i in items]
-        if cfg.verify:
-            from tasks.verification import verify
-
-            records = verify(items, records, cfg, store, costs, progress)
-        dual_views = _write_outputs(store, items, records, out_options)
-        counts = outcomes(records)
-        report = store.write_text("report.md", render_report(records, counts, prompt_version=version, model_id=model_id))
+        manifest = store.manifest()
+        model = _Model(cfg, progress)
+        try:
+            staged = _stage(seeds_path, storage_options, store, out_options, ask, model)
+            seed_map = staged.seed_map()
+            counts = {"pending": staged.pending, "cached": staged.cached, **seed_diff(store.previous_seed_map(manifest), seed_map)}
+            progress(f"synthesis: {seed_map.num_rows} seeds, {staged.pending} to send, {staged.cached} cached "
+                     f"(new {counts['new']}, changed {counts['changed']}, removed {counts['removed']})")
+            costs = CostSummary()
+            if staged.pending:
+                _call_engine(staged, ask, store, costs, progress, model)
+        finally:
+            store.remove_staging()
+        seed_fingerprint = content_digest(seed_map["seed_key"].to_pylist())
+        outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
+        previous = manifest.get("summary", {})
+        if not staged.pending and not cfg.verify and previous.get("outputs_fingerprint") == outputs and _derived_exist(store):
+            derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")}
+            progress("synthesis: no change since the last run; its dual views, rejections and report stand")
+        else:
+            derived = _derive(seeds_path, storage_options, store, out_options, ask, costs, progress)
         summary = {
-            "seeds": validator.report.as_dict(),
-            "synthesis_seeds": len(seeds),
-            "plan": work.counts(),
+            "seeds": staged.validation,
+            "synthesis_seeds": seed_map.num_rows,
+            "plan": counts,
             "cost": costs.as_dict(time.perf_counter() - start),
-            "dual_views": dual_views,
-            "rejected": len(records) - dual_views,
-            "outcomes": counts,
-            "report": report,
+            **derived,
             "prompt_version": version,
             "model_id": model_id,
-            "seed_fingerprint": content_digest(work.seeds.values()),
+            "seed_fingerprint": seed_fingerprint,
             "source_fingerprint": source,
+            "outputs_fingerprint": outputs,
             "out": out,
         }
-        store.write_manifest({"seeds": work.seeds, "summary": summary})
+        store.write_manifest({"seed_map": store.write_seed_map(seed_map), "summary": summary})
         return summary
 
 
@@ -100,49 +114,174 @@ class _Asking:
     sampling: dict
 
 
-def _call_engine(pending: list[WorkItem], ask: _Asking, store: RecordStore, costs: CostSummary,
-                 progress: Progress) -> dict[str, dict]:
+class _Model:
+    """The engine's model path and prompt counter, resolved at first need (a run with nothing to
+    send never loads a tokenizer or converts a model)."""
+
+    def __init__(self, cfg: SynthesisConfig, progress: Progress):
+        self.cfg, self.progress, self._path, self._counter = cfg, progress, None, False
+
+    @property
+    def path(self) -> str | None:
+        if self._path is None and self.cfg.engine == "vllm":
+            from tasks.llm_models import resolve_llm
+
+            self._path = resolve_llm(self.cfg.vllm.model, self.cfg.model_cache_dir, self.progress)
+        return self._path
+
+    def counter(self):
+        if self._counter is False:
+            from tasks.engines import prompt_counter
+
+            self._counter = prompt_counter(self.cfg, self.path)
+        return self._counter
+
+
+@dataclass
+class _Staged:
+    """Pass one's result: the seed map, the pending rows staged for the engine, and what a record
+    of each needs (compact Arrow columns, no messages), looked up by key as answers arrive."""
+
+    folder: str
+    validation: dict = field(default_factory=dict)
+    paths: list[str] = field(default_factory=list)
+    info: list[pa.Table] = field(default_factory=list)
+    too_long: list[dict] = field(default_factory=list)  # results for rows rejected before the engine
+    seed_maps: list[pa.Table] = field(default_factory=list)
+    pending: int = 0
+    cached: int = 0
+
+    def seed_map(self) -> pa.Table:
+        from dualview_core.cache_index import SEED_MAP
+
+        return pa.concat_tables(self.seed_maps) if self.seed_maps else SEED_MAP.empty_table()
+
+    def stage(self, rows: list[dict]) -> None:
+        path = os.path.join(self.folder, f"part-{len(self.paths):06d}.parquet")
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        self.paths.append(path)
+
+
+def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarantine) -> tuple[Iterator[list[dict]], object]:
+    """Synthesis seeds (dicts), a validated batch at a time, the first `limit` only. The source is
+    read to its end either way, so the validation report and quarantine are complete."""
+    batches, validator = stream_seeds(seeds_path, storage_options, **quarantine)
+
+    def seeds() -> Iterator[list[dict]]:
+        left = limit
+        for batch in batches:
+            selected = select_synthesis_seeds(batch)
+            if left is not None:
+                selected = selected.slice(0, max(left, 0))
+                left -= selected.num_rows
+            if selected.num_rows:
+                yield selected.to_pylist()
+
+    return seeds(), validator
+
+
+def _items(seeds: list[dict], ask: _Asking) -> list[WorkItem]:
+    return [WorkItem(seed, t, cache_key(seed["seed_key"], t, ask.version, ask.model_id, ask.sampling))
+            for seed in seeds for t in targets(seed, ask.cfg.per_negative)]
+
+
+def _stage(seeds_path: str, storage_options, store: RecordStore, out_options, ask: _Asking, model: _Model) -> _Staged:
+    """Pass one over the seeds: the seed map, cached vs pending, and the pending rows rendered and
+    staged in files of STAGE_ROWS rows (prompts too long for the engine become results here)."""
+    index = store.index(ask.cfg.max_error_runs)
+    staged = _Staged(folder=store.staging())
+    seeds, validator = _seed_batches(seeds_path, storage_options, ask.cfg.limit, quarantine_path=store.path("quarantine.parquet"),
+                                     quarantine_options=out_options)
+    geometry, buffer = ask.cfg.geometry_filter, []
+    for batch in seeds:
+        staged.seed_maps.append(pa.Table.from_pylist([{"query_id": s["query_id"], "seed_key": s["seed_key"]} for s in batch]))
+        items = _items(batch, ask)
+        found = index.lookup([i.cache_key for i in items])
+        pending = [i for i, at in zip(items, found) if at < 0]
+        staged.cached += len(items) - len(pending)
+        staged.pending += len(pending)
+        if not pending:
+            continue
+        info = []
+        for item in pending:
+            row = {"cache_key": item.cache_key, "seed_key": item.seed["seed_key"], "target_index": item.target_index,
+                   "query_id": item.seed["query_id"], "query": item.seed["query"], "instruction": item.seed["instruction"]}
+            if geometry:
+                target = item.seed["instruction_negatives"][item.target_index]
+                row |= {"target_title": target["title"], "target_text": target["text"]}
+            info.append(row)
+        staged.info.append(pa.Table.from_pylist(info))
+        rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template), **engine_fields(i)}
+                for i in pending]
+        rows, too_long = _fit(rows, ask.cfg, model)
+        staged.too_long += too_long
+        buffer += rows
+        if len(buffer) >= STAGE_ROWS:
+            staged.stage(buffer)
+            buffer = []
+    if buffer:
+        staged.stage(buffer)
+    staged.validation = validator.report.as_dict()
+    return staged
+
+
+class _PendingInfo:
+    """What a record of each pending row needs, by cache key (Arrow columns, a sorted key index)."""
+
+    def __init__(self, tables: list[pa.Table]):
+        self.table = pa.concat_tables(tables) if tables else pa.table({k: pa.array([], pa.string()) for k in INFO})
+        keys = self.table["cache_key"].to_numpy(zero_copy_only=False).astype("S")
+        self.index = KeyIndex(keys, np.arange(len(keys), dtype=np.int64))
+        self.answered = np.zeros(len(keys), dtype=bool)
+
+    def take(self, keys: list[str]) -> list[dict]:
+        at = self.index.lookup(keys)
+        if (at < 0).any():
+            raise RuntimeError(f"the engine answered a row that was not sent: {keys[int(np.argmax(at < 0))]}")
+        self.answered[at] = True
+        return self.table.take(pa.array(at)).to_pylist()
+
+    def unanswered(self) -> list[str]:
+        return self.table["cache_key"].take(pa.array(np.flatnonzero(~self.answered))).to_pylist()
+
+
+def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostSummary, progress: Progress,
+                 model: _Model) -> None:
     """A record for every pending item: rejected before the engine, answered, or failed."""
-    from tasks.engines import answer_batches, start_wait
-    from tasks.llm_models import resolve_llm
+    from tasks.engines import StagedRows, answer_batches, start_wait
     from tasks.progress import Meter, waiting
 
     cfg = ask.cfg
-    model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir, progress) if cfg.engine == "vllm" else None
-    items = {i.cache_key: i for i in pending}
-    rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template), **engine_fields(i)}
-            for i in pending]
-    fresh: dict[str, dict] = {}
-    meter = Meter("synthesis", len(pending), "rows", progress, every_s=PROGRESS_EVERY_S)
+    info = _PendingInfo(staged.info)
+    staged.info = []
+    meter = Meter("synthesis", staged.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
+    geometry = _geometry(cfg)
 
     def publish(results: list[dict]) -> int:
         costs.mark_answers(len(results))
-        shard = _records(results, items, ask, geometry)
+        shard = _records(results, info.take([r["cache_key"] for r in results]), ask, geometry)
         store.write_shard(shard)
         for rec in shard:
             costs.add(rec)
-            fresh[rec["cache_key"]] = rec
         return len(shard)
 
-    geometry = _geometry(cfg)
-    rows, too_long = _fit(rows, cfg, model_path)
-    if too_long:
-        progress(f"synthesis: {len(too_long)} prompt(s) too long for the engine's context, rejected before sending")
-        meter.start(already=publish(too_long))
-    if rows:
+    if staged.too_long:
+        progress(f"synthesis: {len(staged.too_long)} prompt(s) too long for the engine's context, rejected before sending")
+        meter.start(already=sum(publish(staged.too_long[i : i + cfg.shard_rows])
+                                for i in range(0, len(staged.too_long), cfg.shard_rows)))
+    if staged.paths:
         with waiting("synthesis", *start_wait(cfg), progress) as wait:
-            for n, results in enumerate(answer_batches(cfg, model_path, rows)):
+            for n, results in enumerate(answer_batches(cfg, model.path, StagedRows(tuple(staged.paths)))):
                 answered = publish(results)
                 if n == 0:  # the rate counts from here: the engine answered this batch while it was starting
                     progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
                     meter.start(already=answered)
                 else:
                     meter.advance(answered, f"{costs.accepted} accepted")
-    missing = [k for k in items if k not in fresh]  # never left without a record (and retried later)
-    if missing:
+    missing = info.unanswered()  # never left without a record (and retried later)
+    for start in range(0, len(missing), cfg.shard_rows):
         meter.advance(publish([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
-                               for k in missing]), "engine returned no row for these")
-    return fresh
+                               for k in missing[start : start + cfg.shard_rows]]), "engine returned no row for these")
 
 
 def engine_fields(item: WorkItem) -> dict:
@@ -152,11 +291,9 @@ def engine_fields(item: WorkItem) -> dict:
             "target_doc_id": item.seed["instruction_negatives"][item.target_index]["doc_id"]}
 
 
-def _fit(rows: list[dict], cfg: SynthesisConfig, model_path: str | None) -> tuple[list[dict], list[dict]]:
+def _fit(rows: list[dict], cfg: SynthesisConfig, model: _Model) -> tuple[list[dict], list[dict]]:
     """(rows to send, results for rows whose prompt + max_tokens exceeds the engine's context)."""
-    from tasks.engines import prompt_counter
-
-    counter = prompt_counter(cfg, model_path)
+    counter = model.counter()
     if counter is None:
         return rows, []
     count, context = counter
@@ -172,15 +309,17 @@ def _fit(rows: list[dict], cfg: SynthesisConfig, model_path: str | None) -> tupl
     return send, rejected
 
 
-def _records(results: list[dict], items: dict[str, WorkItem], ask: _Asking, geometry) -> list[dict]:
+def _records(results: list[dict], infos: list[dict], ask: _Asking, geometry) -> list[dict]:
+    """SynthesisRecords for engine results, each with its pending row's info (INFO, TARGET columns)."""
     judged = []
-    for r in results:
-        item = items[r["cache_key"]]
+    for r, info in zip(results, infos):
+        seed = {k: info[k] for k in ("seed_key", "query_id", "query", "instruction")}
+        item = WorkItem(seed, info["target_index"], r["cache_key"])
         result = EngineResult(**{k: r[k] for k in EngineResult.__slots__ if k in r})
-        judged.append((item, result, judge(result.raw_response, item.seed["instruction"], item.seed["query"], ask.cfg.guards)))
-    deltas = geometry(judged) if geometry else [None] * len(judged)
+        judged.append((item, info, result, judge(result.raw_response, seed["instruction"], seed["query"], ask.cfg.guards)))
+    deltas = geometry([(info, parsed) for _, info, _, parsed in judged]) if geometry else [None] * len(judged)
     out = []
-    for (item, result, parsed), delta in zip(judged, deltas):
+    for (item, _, result, parsed), delta in zip(judged, deltas):
         rec = record(item, result, parsed, prompt_version=ask.version, model_id=ask.model_id, sampling=ask.sampling,
                      geometry_delta=delta)
         if delta is not None and delta <= 0 and rec["rejection"] is None:
@@ -190,7 +329,7 @@ def _records(results: list[dict], items: dict[str, WorkItem], ask: _Asking, geom
 
 
 def _geometry(cfg: SynthesisConfig):
-    """A function judged-rows -> deltas (None where no instruction), or None when the filter is off."""
+    """A function [(info, parsed)] -> deltas (None where no instruction), or None when the filter is off."""
     if not cfg.geometry_filter:
         return None
     from dualview_core.encoder import Encoder
@@ -199,10 +338,10 @@ def _geometry(cfg: SynthesisConfig):
     encoder = Encoder(cfg.geometry_encoder)
 
     def deltas(judged: list) -> list[float | None]:
-        usable = [(i, item, parsed) for i, (item, _, parsed) in enumerate(judged) if parsed.instruction]
-        targets = [item.seed["instruction_negatives"][item.target_index] for _, item, _ in usable]
-        values = geometry_deltas(encoder, [item.seed["query"] for _, item, _ in usable],
-                                 [parsed.instruction for _, _, parsed in usable], [(t["title"], t["text"]) for t in targets])
+        usable = [(i, info, parsed) for i, (info, parsed) in enumerate(judged) if parsed.instruction]
+        values = geometry_deltas(encoder, [info["query"] for _, info, _ in usable],
+                                 [parsed.instruction for _, _, parsed in usable],
+                                 [(info["target_title"], info["target_text"]) for _, info, _ in usable])
         out: list[float | None] = [None] * len(judged)
         for (i, _, _), value in zip(usable, values):
             out[i] = value
@@ -211,16 +350,71 @@ def _geometry(cfg: SynthesisConfig):
     return deltas
 
 
-def _write_outputs(store: RecordStore, items: list[WorkItem], records: list[dict], storage_options) -> int:
-    """dual_views.parquet (accepted) and rejections.parquet (the rest) for the current seeds."""
-    seeds = {i.cache_key: i.seed for i in items}
-    accepted = [r for r in records if r["rejection"] is None]
-    dual_views = [
-        make_dual_view(seeds[r["cache_key"]], r["instruction"], target_index=r["target_index"],
-                       prompt_version=r["prompt_version"], model_id=r["model_id"])
-        for r in accepted
-    ]
-    write_table(store.path("dual_views.parquet"), pa.Table.from_pylist(dual_views, schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW, storage_options)
-    rejected = [r for r in records if r["rejection"] is not None]
-    write_table(store.path("rejections.parquet"), pa.Table.from_pylist(rejected, schema=SYNTHESIS_RECORD), SYNTHESIS_RECORD, storage_options)
-    return len(dual_views)
+def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: _Asking, seed_fingerprint: str) -> str:
+    """What the derived files depend on: the seeds, the shards (by name: they are never rewritten)
+    and the settings that choose and judge records."""
+    from tasks.record_store import VERIFICATIONS
+
+    parts = [seed_fingerprint, store.shard_names(), store.shard_names(VERIFICATIONS), ask.version, ask.model_id,
+             ask.sampling, cfg.per_negative, cfg.max_error_runs, cfg.verify, cfg.limit]
+    return digest(canonical_json(parts))
+
+
+def _derived_exist(store: RecordStore) -> bool:
+    return all(store.fs.exists(f"{store.root}/{name}") for name in ("dual_views.parquet", "rejections.parquet", "report.md"))
+
+
+def _derive(seeds_path: str, storage_options, store: RecordStore, out_options, ask: _Asking, costs: CostSummary,
+            progress: Progress) -> dict:
+    """Pass two over the seeds: dual_views.parquet (accepted) and rejections.parquet (the rest) for
+    the current seeds, streamed, with the outcome counts and report.md."""
+    cfg = ask.cfg
+    records_index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
+    seeds, _ = _seed_batches(seeds_path, storage_options, cfg.limit)
+    dual_views = TableWriter(store.path("dual_views.parquet"), DUAL_VIEW_ROW, out_options)
+    rejections = TableWriter(store.path("rejections.parquet"), SYNTHESIS_RECORD, out_options)
+    rejected: Counter = Counter()
+    examples: dict[str, list[dict]] = {}
+
+    def write(items: list[WorkItem], records: list[dict]) -> None:
+        if cfg.verify:
+            from tasks.verification import verify
+
+            records = verify(items, records, cfg, store, costs, progress)
+        accepted = [make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
+                                   prompt_version=r["prompt_version"], model_id=r["model_id"])
+                    for i, r in zip(items, records) if r["rejection"] is None]
+        dual_views.write(pa.Table.from_pylist(accepted, schema=DUAL_VIEW_ROW))
+        rejections.write(pa.Table.from_pylist([r for r in records if r["rejection"] is not None], schema=SYNTHESIS_RECORD))
+        for r in records:
+            reason = r["rejection"] or "accepted"
+            rejected[reason] += 1
+            if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
+                examples[reason].append(r)
+
+    try:
+        items, records = [], []
+        for batch in seeds:
+            batch_items = _items(batch, ask)
+            found = records_index.fetch([i.cache_key for i in batch_items])
+            lost = [i.cache_key for i, rec in zip(batch_items, found) if rec is None]
+            if lost:
+                raise RuntimeError(f"{len(lost)} planned row(s) have no record under {store.out}/records, e.g. {lost[0]}")
+            items += batch_items
+            records += [{**rec, **seed_fields(i.seed)} for i, rec in zip(batch_items, found)]
+            if len(items) >= (VERIFY_ROWS if cfg.verify else 1):
+                write(items, records)
+                items, records = [], []
+        if items:
+            write(items, records)
+    except BaseException:
+        dual_views.abort()
+        rejections.abort()
+        raise
+    dual_views.close()
+    rejections.close()
+    accepted = rejected.pop("accepted", 0)
+    counts = {"accepted": accepted, "rejected": sum(rejected.values()), "by_reason": dict(sorted(rejected.items()))}
+    sample = [r for reason in sorted(examples) for r in examples[reason]]
+    report = store.write_text("report.md", render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id))
+    return {"dual_views": dual_views.rows, "rejected": counts["rejected"], "outcomes": counts, "report": report}

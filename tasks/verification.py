@@ -1,6 +1,6 @@
 """The optional verification pass of a synthesis run: one more engine call per accepted row.
 
-Asks the engine, with prompts/verification.md, whether N* meets I_new, P+ breaks it, and I_new
+Called a bounded group of rows at a time. Asks the engine, with prompts/verification.md, whether N* meets I_new, P+ breaks it, and I_new
 stays on the query's topic (dualview_core/verification.py). Answers are cached by content in
 OUT/verifications/ like the first pass's, so a re-run verifies only rows it has not seen; a row
 the verifier does not confirm is rejected as `unverified`. Its calls, tokens and disagreement with
@@ -28,7 +28,9 @@ def verify(items: list[WorkItem], records: list[dict], cfg: SynthesisConfig, sto
     sampling = cfg.verify_sampling.model_dump(mode="json")
     keys = [verify_key(i.seed["seed_key"], i.target_index, r["instruction"], version, model_id, sampling)
             if r["rejection"] is None else None for i, r in zip(items, records)]
-    cached = store.records(cfg.max_error_runs, folder=VERIFICATIONS)
+    asked = [k for k in keys if k is not None]
+    index = store.index(cfg.max_error_runs, folder=VERIFICATIONS)  # two columns per shard, not the records
+    cached = {k: rec for k, rec in zip(asked, index.fetch(asked)) if rec is not None}
     todo = {k: (i, r) for k, i, r in zip(keys, items, records) if k is not None and k not in cached}
     progress(f"verification: {sum(k is not None for k in keys)} accepted rows, {len(todo)} to send")
     fresh = _ask(todo, cfg, store, template, version, model_id, sampling, progress) if todo else {}

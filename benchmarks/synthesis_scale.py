@@ -1,0 +1,122 @@
+"""Synthesis bookkeeping at scale: what the driver holds and how long an unchanged re-run takes.
+
+The engine is replaced by an instant in-process one (a fixed answer per row, no model, no Ray), so
+what is measured is everything around the engine: reading and validating seeds, the cache index,
+rendering, parsing and guards, record shards, the derived tables and the manifest. Seeds are the
+realistic synthetic rows of benchmarks/seed_scale.py (passages ~600 characters, 1 positive,
+8 negatives, 1-3 instruction negatives); enough source rows are generated for `--rows` synthesis rows.
+
+Each run is its own subprocess, so its peak RSS (VmHWM) is the driver's alone:
+  1. a first run into an empty output folder (every row sent to the engine);
+  2. the same run again, unchanged (nothing to send).
+Reported per size: synthesis rows, driver peak RSS, rows/s of the first run, record shards, re-run
+seconds and its peak RSS, and the load average when it ran (the machine is shared).
+
+Run:  python benchmarks/synthesis_scale.py --rows 20000 100000 [--shard-rows 1024 --workdir DIR --keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+RESULT = "BENCH-RESULT "
+ANSWER = "<answer><new_instruction>Only documents that discuss the topic in a formal register.</new_instruction></answer>"
+SOURCE_PER_ROW = 2.3  # about 45% of generated rows are eligible synthesis seeds
+
+
+class InstantEngine:
+    """Answers every row at once with a fixed answer, in this process."""
+
+    model_id = "instant"
+
+    def answers(self, rows, batch_rows):
+        out = []
+        for row in rows:
+            out.append({"cache_key": row["cache_key"], "raw_response": ANSWER, "prompt_tokens": 900,
+                        "completion_tokens": 20, "latency_s": 0.0, "attempts": 1, "error": None})
+            if len(out) == batch_rows:
+                yield out
+                out = []
+        if out:
+            yield out
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
+def child(seeds: str, out: str, rows: int, shard_rows: int) -> None:
+    import tasks.engines as engines
+    from dualview_core.config import SynthesisConfig
+    from tasks.synthesis import run_synthesis
+
+    engines.ENGINES["reference"] = lambda cfg, model_path: InstantEngine()
+    cfg = SynthesisConfig(engine="reference", limit=rows, shard_rows=shard_rows)
+    start = time.perf_counter()
+    summary = run_synthesis(seeds, out, cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    seconds = time.perf_counter() - start
+    print(RESULT + json.dumps({"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "plan": summary["plan"],
+                               "dual_views": summary["dual_views"], "rejected": summary["rejected"],
+                               "shards": len(list(Path(out, "records").glob("part-*.parquet")))}), flush=True)
+
+
+def run_child(seeds: str, out: str, rows: int, shard_rows: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", seeds, out, "--rows", str(rows), "--shard-rows", str(shard_rows)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
+    if proc.returncode:
+        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith(RESULT))
+    return {**json.loads(line[len(RESULT):]), "load": os.getloadavg()[0]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[20_000, 100_000])
+    ap.add_argument("--shard-rows", type=int, default=1024)
+    ap.add_argument("--workdir")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(*args.child, args.rows[0], args.shard_rows)
+        return
+    from seed_scale import generate
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="synthesis_scale_")
+    os.makedirs(workdir, exist_ok=True)
+    table = []
+    try:
+        for rows in args.rows:
+            seeds, out = os.path.join(workdir, f"seeds-{rows}.parquet"), os.path.join(workdir, f"out-{rows}")
+            if not os.path.exists(seeds):
+                generate(seeds, int(rows * SOURCE_PER_ROW))
+            shutil.rmtree(out, ignore_errors=True)
+            first = run_child(seeds, out, rows, args.shard_rows)
+            again = run_child(seeds, out, rows, args.shard_rows)
+            assert again["plan"]["pending"] == 0, again["plan"]
+            n = first["plan"]["pending"]
+            table.append((n, first, again))
+            print(f"{n:,} rows: first {first['seconds']:.1f}s, peak {first['peak_rss_mb']:.0f} MB, "
+                  f"{first['shards']} shards; re-run {again['seconds']:.1f}s, peak {again['peak_rss_mb']:.0f} MB", flush=True)
+        print("\n| rows | driver peak RSS | rows/s | shards | unchanged re-run | re-run peak RSS | load avg |")
+        print("|---|---|---|---|---|---|---|")
+        for n, first, again in table:
+            print(f"| {n:,} | {first['peak_rss_mb']:.0f} MB | {n / first['seconds']:.0f} | {first['shards']} | "
+                  f"{again['seconds']:.1f} s | {again['peak_rss_mb']:.0f} MB | {first['load']:.1f} / {again['load']:.1f} |")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
