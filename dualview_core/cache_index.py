@@ -75,7 +75,7 @@ def _fixed_width(keys: pa.Array) -> np.ndarray:
 def seed_diff(previous: pa.Table, current: pa.Table) -> dict[str, int]:
     """new / changed / unchanged (current seeds against `previous`) and removed (gone since) counts,
     over SEED_MAP tables; a query_id is counted once (its last row, as a dict would keep it)."""
-    previous, current = _last_per_id(previous), _last_per_id(current)
+    previous, current = unique_seeds(previous), unique_seeds(current)
     joined = current.join(previous, keys="query_id", join_type="left outer", right_suffix="_before")
     before = joined["seed_key_before"]
     new = pc.sum(pc.is_null(before)).as_py() or 0
@@ -84,7 +84,8 @@ def seed_diff(previous: pa.Table, current: pa.Table) -> dict[str, int]:
     return {"new": new, "changed": current.num_rows - new - same, "removed": removed, "unchanged": same}
 
 
-def _last_per_id(table: pa.Table) -> pa.Table:
+def unique_seeds(table: pa.Table) -> pa.Table:
+    """A SEED_MAP table with each query_id once: its last row, in the order of those rows."""
     table = table.select(["query_id", "seed_key"])
     if not table.num_rows:
         return SEED_MAP.empty_table()

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dualview_core.cache_index import KeyIndex, seed_diff
+from dualview_core.cache_index import SEED_MAP, KeyIndex, seed_diff, unique_seeds
 from dualview_core.config import SynthesisConfig
 from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
 from dualview_core.dual_view import make_dual_view
@@ -78,7 +79,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
                 _call_engine(staged, ask, store, costs, progress, model)
         finally:
             store.remove_staging()
-        seed_fingerprint = content_digest(seed_map["seed_key"].to_pylist())
+        seed_fingerprint = content_digest(unique_seeds(seed_map)["seed_key"].to_pylist())  # as a query_id -> key map
         outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         previous = manifest.get("summary", {})
         if not staged.pending and not cfg.verify and previous.get("outputs_fingerprint") == outputs and _derived_exist(store):
@@ -152,8 +153,6 @@ class _Staged:
     cached: int = 0
 
     def seed_map(self) -> pa.Table:
-        from dualview_core.cache_index import SEED_MAP
-
         return pa.concat_tables(self.seed_maps) if self.seed_maps else SEED_MAP.empty_table()
 
     def stage(self, rows: list[dict]) -> None:
@@ -162,12 +161,12 @@ class _Staged:
         self.paths.append(path)
 
 
-def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarantine) -> tuple[Iterator[list[dict]], object]:
-    """Synthesis seeds (dicts), a validated batch at a time, the first `limit` only. The source is
-    read to its end either way, so the validation report and quarantine are complete."""
+def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarantine) -> tuple[Iterator[pa.Table], object]:
+    """Synthesis seeds (SEED_ROW tables), a validated batch at a time, the first `limit` only. The
+    source is read to its end either way, so the validation report and quarantine are complete."""
     batches, validator = stream_seeds(seeds_path, storage_options, **quarantine)
 
-    def seeds() -> Iterator[list[dict]]:
+    def seeds() -> Iterator[pa.Table]:
         left = limit
         for batch in batches:
             selected = select_synthesis_seeds(batch)
@@ -175,9 +174,19 @@ def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarant
                 selected = selected.slice(0, max(left, 0))
                 left -= selected.num_rows
             if selected.num_rows:
-                yield selected.to_pylist()
+                yield selected
 
     return seeds(), validator
+
+
+def _keys(batch: pa.Table, ask: _Asking) -> list[tuple[int, int, str]]:
+    """(row, target_index, cache_key) of every call a SEED_ROW batch asks for, from three columns."""
+    negatives = pc.list_value_length(batch["instruction_negatives"]).to_pylist()
+    out = []
+    for row, (seed_key, n) in enumerate(zip(batch["seed_key"].to_pylist(), negatives)):
+        for t in targets({"instruction_negatives": range(n or 0)}, ask.cfg.per_negative):
+            out.append((row, t, cache_key(seed_key, t, ask.version, ask.model_id, ask.sampling)))
+    return out
 
 
 def _items(seeds: list[dict], ask: _Asking) -> list[WorkItem]:
@@ -194,14 +203,17 @@ def _stage(seeds_path: str, storage_options, store: RecordStore, out_options, as
                                      quarantine_options=out_options)
     geometry, buffer = ask.cfg.geometry_filter, []
     for batch in seeds:
-        staged.seed_maps.append(pa.Table.from_pylist([{"query_id": s["query_id"], "seed_key": s["seed_key"]} for s in batch]))
-        items = _items(batch, ask)
-        found = index.lookup([i.cache_key for i in items])
-        pending = [i for i, at in zip(items, found) if at < 0]
-        staged.cached += len(items) - len(pending)
-        staged.pending += len(pending)
-        if not pending:
+        staged.seed_maps.append(batch.select(["query_id", "seed_key"]))
+        keys = _keys(batch, ask)
+        found = index.lookup([k for _, _, k in keys])
+        todo = [(row, t, k) for (row, t, k), at in zip(keys, found) if at < 0]
+        staged.cached += len(keys) - len(todo)
+        staged.pending += len(todo)
+        if not todo:
             continue
+        rows_needed = sorted({row for row, _, _ in todo})  # only these become Python objects
+        seeds_by_row = dict(zip(rows_needed, batch.take(pa.array(rows_needed)).to_pylist()))
+        pending = [WorkItem(seeds_by_row[row], t, k) for row, t, k in todo]
         info = []
         for item in pending:
             row = {"cache_key": item.cache_key, "seed_key": item.seed["seed_key"], "target_index": item.target_index,
@@ -395,7 +407,7 @@ def _derive(seeds_path: str, storage_options, store: RecordStore, out_options, a
     try:
         items, records = [], []
         for batch in seeds:
-            batch_items = _items(batch, ask)
+            batch_items = _items(batch.to_pylist(), ask)
             found = records_index.fetch([i.cache_key for i in batch_items])
             lost = [i.cache_key for i, rec in zip(batch_items, found) if rec is None]
             if lost:

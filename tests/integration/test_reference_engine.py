@@ -46,3 +46,29 @@ def test_reference_engine_refuses_verification_and_a_missing_world():
 
     with pytest.raises(ValueError, match="reference.world"):
         make_engine(SynthesisConfig(engine="reference"))
+
+
+def test_an_unchanged_rerun_rewrites_nothing_and_an_older_manifest_still_diffs(tmp_path):
+    import json
+
+    files = build_world(WorldConfig(seed=1, seed_topics=6, eval_topics=2)).write(tmp_path / "world")
+    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=files["world"]))
+    out = tmp_path / "out"
+    first = run_synthesis(files["seeds"], str(out), cfg, progress=lambda _: None)
+    written = (out / "dual_views.parquet").stat().st_mtime_ns
+    lines: list[str] = []
+    again = run_synthesis(files["seeds"], str(out), cfg, progress=lines.append)
+    assert "synthesis: no change since the last run; its dual views, rejections and report stand" in lines
+    assert (out / "dual_views.parquet").stat().st_mtime_ns == written
+    assert {k: again[k] for k in ("dual_views", "rejected", "outcomes")} == {k: first[k] for k in ("dual_views", "rejected", "outcomes")}
+    # a manifest from before the seed map moved to Parquet: its inline map is the previous run's seeds
+    seeds = dict(zip(*pq.read_table(out / "seed_map.parquet").to_pydict().values()))
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({"seeds": seeds, "summary": {k: v for k, v in manifest["summary"].items()
+                                                                              if k != "outputs_fingerprint"}}))
+    (out / "seed_map.parquet").unlink()
+    lines.clear()
+    third = run_synthesis(files["seeds"], str(out), cfg, progress=lines.append)
+    assert third["plan"] == {"pending": 0, "cached": 6, "new": 0, "changed": 0, "removed": 0, "unchanged": 6}
+    assert not any("no change" in m for m in lines) and (out / "dual_views.parquet").stat().st_mtime_ns != written
+    assert third["dual_views"] == 6 and (out / "seed_map.parquet").exists()

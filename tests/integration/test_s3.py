@@ -11,7 +11,7 @@ import pytest
 import s3fs
 
 from dualview_core import samples
-from dualview_core.contracts import QUARANTINE, SEED_ROW
+from dualview_core.contracts import DUAL_VIEW_ROW, QUARANTINE, SEED_ROW
 from dualview_core.evalsets import load_eval_set
 from dualview_core.io import read_table, write_table
 from dualview_core.loading import read_seeds, stream_seeds
@@ -81,3 +81,23 @@ def test_cli_reads_s3_with_endpoint_flag(bucket, s3_server, capsys):
     assert '"quarantined": 0' in capsys.readouterr().out
     assert main(["seeds", "check", f"s3://{name}/missing.jsonl", "--endpoint-url", s3_server]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_synthesis_writes_its_cache_and_tables_to_s3_and_an_unchanged_rerun_stands(bucket, s3_options, tmp_path):
+    from dualview_core.config import ReferenceEngineConfig, SynthesisConfig
+    from dualview_core.world import WorldConfig, build_world
+    from tasks.synthesis import run_synthesis
+
+    fs, name = bucket
+    files = build_world(WorldConfig(seed=1, seed_topics=6, eval_topics=2)).write(tmp_path / "world")
+    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=files["world"]), shard_rows=4)
+    out = f"s3://{name}/syn"
+    first = run_synthesis(files["seeds"], out, cfg, progress=lambda _: None, out_storage_options=s3_options)
+    assert first["dual_views"] == 6 and len(fs.glob(f"{name}/syn/records/part-*.parquet")) == 2  # 4 + 2 rows
+    assert read_table(f"{out}/dual_views.parquet", DUAL_VIEW_ROW, s3_options).num_rows == 6
+    assert fs.exists(f"{name}/syn/seed_map.parquet") and "seeds" not in json.loads(fs.cat_file(f"{name}/syn/manifest.json"))
+    lines: list[str] = []
+    again = run_synthesis(files["seeds"], out, cfg, progress=lines.append, out_storage_options=s3_options)
+    assert again["plan"]["pending"] == 0 and again["plan"]["unchanged"] == 6 and again["dual_views"] == 6
+    assert any("no change since the last run" in m for m in lines), lines
+    assert not [p for p in fs.find(f"{name}/syn") if p.endswith(".tmp") or "/.pending" in p]
