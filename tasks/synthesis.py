@@ -47,6 +47,7 @@ from tasks.record_store import RecordStore
 
 Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
+UNCHANGED = "synthesis: no change since the last run; its dual views, rejections and report stand"
 STAGE_ROWS = 4096  # rendered rows per staged engine-input file
 VERIFY_ROWS = 20_000  # rows handed to the verification pass at a time
 INFO = ("cache_key", "seed_key", "target_index", "query_id", "query", "instruction")  # what a record needs
@@ -67,6 +68,8 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.model_dump(mode="json")
         ask = _Asking(cfg, template, version, model_id, sampling)
         manifest = store.manifest()
+        if _as_left(store, cfg, ask, manifest.get("summary", {}), source):
+            return _unchanged_run(store, manifest, start, progress)
         model = _Model(cfg, progress)
         try:
             staged = _stage(seeds_path, storage_options, store, out_options, ask, model)
@@ -84,7 +87,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         previous = manifest.get("summary", {})
         if not staged.pending and not cfg.verify and previous.get("outputs_fingerprint") == outputs and _derived_exist(store):
             derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")}
-            progress("synthesis: no change since the last run; its dual views, rejections and report stand")
+            progress(UNCHANGED)
         else:
             derived = _derive(seeds_path, storage_options, store, out_options, ask, costs, progress)
         summary = {
@@ -102,6 +105,28 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         }
         store.write_manifest({"seed_map": store.write_seed_map(seed_map), "summary": summary})
         return summary
+
+
+def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: _Asking, previous: dict, source: str) -> bool:
+    """Whether the seed files and the cache are exactly as the last completed run left them (and it
+    left nothing to retry), so this run has nothing to send and nothing to rewrite: decided from the
+    files' fingerprint and the shards' names, without reading a seed or a record."""
+    return (not cfg.verify and previous.get("source_fingerprint") == source and "seed_fingerprint" in previous
+            and not previous.get("outcomes", {}).get("by_reason", {}).get("engine_error")
+            and previous.get("outputs_fingerprint") == _outputs_fingerprint(store, cfg, ask, previous["seed_fingerprint"])
+            and _derived_exist(store))
+
+
+def _unchanged_run(store: RecordStore, manifest: dict, start: float, progress: Progress) -> dict:
+    previous = manifest["summary"]
+    seeds = store.previous_seed_map(manifest)
+    planned = previous["plan"]["pending"] + previous["plan"]["cached"]
+    counts = {"pending": 0, "cached": planned, "new": 0, "changed": 0, "removed": 0, "unchanged": unique_seeds(seeds).num_rows}
+    progress(f"synthesis: {seeds.num_rows} seeds, 0 to send, {planned} cached (new 0, changed 0, removed 0)")
+    progress(UNCHANGED)
+    summary = {**previous, "plan": counts, "cost": CostSummary().as_dict(time.perf_counter() - start)}
+    store.write_manifest({**{k: v for k, v in manifest.items() if k != "summary"}, "summary": summary})
+    return summary
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,15 @@ known correct reversal as its dual view, guards included, without a model or Ray
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 
 from dualview_core.config import ReferenceEngineConfig, SynthesisConfig
 from dualview_core.world import WorldConfig, build_world, reference_instruction
-from tasks.synthesis import run_synthesis
+from tasks.synthesis import UNCHANGED, run_synthesis
 
 pytestmark = pytest.mark.integration
 
@@ -58,9 +61,17 @@ def test_an_unchanged_rerun_rewrites_nothing_and_an_older_manifest_still_diffs(t
     written = (out / "dual_views.parquet").stat().st_mtime_ns
     lines: list[str] = []
     again = run_synthesis(files["seeds"], str(out), cfg, progress=lines.append)
-    assert "synthesis: no change since the last run; its dual views, rejections and report stand" in lines
+    assert UNCHANGED in lines
     assert (out / "dual_views.parquet").stat().st_mtime_ns == written
     assert {k: again[k] for k in ("dual_views", "rejected", "outcomes")} == {k: first[k] for k in ("dual_views", "rejected", "outcomes")}
+    assert again["plan"] == {"pending": 0, "cached": 6, "new": 0, "changed": 0, "removed": 0, "unchanged": 6}
+    # the seed file rewritten with the same rows: read again, nothing to send, nothing rewritten
+    stat = Path(files["seeds"]).stat()
+    os.utime(files["seeds"], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    lines.clear()
+    touched = run_synthesis(files["seeds"], str(out), cfg, progress=lines.append)
+    assert touched["plan"] == again["plan"] and touched["source_fingerprint"] != again["source_fingerprint"]
+    assert UNCHANGED in lines and (out / "dual_views.parquet").stat().st_mtime_ns == written
     # a manifest from before the seed map moved to Parquet: its inline map is the previous run's seeds
     seeds = dict(zip(*pq.read_table(out / "seed_map.parquet").to_pydict().values()))
     manifest = json.loads((out / "manifest.json").read_text())
@@ -70,5 +81,5 @@ def test_an_unchanged_rerun_rewrites_nothing_and_an_older_manifest_still_diffs(t
     lines.clear()
     third = run_synthesis(files["seeds"], str(out), cfg, progress=lines.append)
     assert third["plan"] == {"pending": 0, "cached": 6, "new": 0, "changed": 0, "removed": 0, "unchanged": 6}
-    assert not any("no change" in m for m in lines) and (out / "dual_views.parquet").stat().st_mtime_ns != written
+    assert UNCHANGED not in lines and (out / "dual_views.parquet").stat().st_mtime_ns != written
     assert third["dual_views"] == 6 and (out / "seed_map.parquet").exists()
