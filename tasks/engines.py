@@ -87,7 +87,9 @@ class _RayDataEngine:
 
         ensure_ray(self.cfg.ray_address)
         if isinstance(rows, StagedRows):  # read by Ray Data's workers, never gathered on the driver
-            source = ray.data.read_parquet(list(rows.paths), columns=list(ENGINE_INPUT))
+            # read tasks take a tenth of a CPU like the other helper stages: a whole one deadlocks on 2 cores
+            source = ray.data.read_parquet(list(rows.paths), columns=list(ENGINE_INPUT),
+                                           ray_remote_args={"num_cpus": HELPER_CPUS})
         else:
             source = ray.data.from_items(list(rows))
         ds = self.transform(source)
