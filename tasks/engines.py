@@ -5,8 +5,8 @@ and which seed and which instruction negative N* it is about) into rows `{cache_
 prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
 `dualview_core.synthesis.EngineResult`). LLM engines read only the messages; `answers(rows, n)`
 yields complete result rows `n` at a time. `rows` is a list, or `StagedRows`: the input staged in
-bounded Parquet files, which a Ray Data engine reads in parallel (`ray.data.read_parquet`) and the
-reference engine a file at a time, so no process holds the whole input.
+bounded Parquet files, which a Ray Data engine puts into the object store a file at a time and the
+reference engine reads a file at a time, so the driver's heap never holds the whole input.
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
@@ -59,11 +59,14 @@ class StagedRows:
 
     paths: tuple[str, ...]
 
-    def __iter__(self) -> Iterator[dict]:
+    def table(self, i: int):
         import pyarrow.parquet as pq
 
-        for path in self.paths:
-            yield from pq.read_table(path, columns=list(ENGINE_INPUT)).to_pylist()
+        return pq.read_table(self.paths[i], columns=list(ENGINE_INPUT))
+
+    def __iter__(self) -> Iterator[dict]:
+        for i in range(len(self.paths)):
+            yield from self.table(i).to_pylist()
 
 
 class Engine(Protocol):
@@ -86,10 +89,9 @@ class _RayDataEngine:
         from tasks.ray_runtime import ensure_ray
 
         ensure_ray(self.cfg.ray_address)
-        if isinstance(rows, StagedRows):  # read by Ray Data's workers, never gathered on the driver
-            # read tasks take a tenth of a CPU like the other helper stages: a whole one deadlocks on 2 cores
-            source = ray.data.read_parquet(list(rows.paths), columns=list(ENGINE_INPUT),
-                                           ray_remote_args={"num_cpus": HELPER_CPUS})
+        if isinstance(rows, StagedRows):  # a file at a time into the object store, never all on the driver's heap
+            # (not read_parquet: its read tasks wait for CPU the CPU vLLM profile has already given out)
+            source = ray.data.from_arrow_refs([ray.put(rows.table(i)) for i in range(len(rows.paths))])
         else:
             source = ray.data.from_items(list(rows))
         ds = self.transform(source)
