@@ -120,8 +120,8 @@ class VLLMEngineConfig(_Config):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU only: share of memory vLLM may take.")
     cpu: bool = Field(
         True,
-        description="CPU profile: a 1-CPU placement bundle for the engine and 0.1 CPU for every helper stage "
-        "(on 2 cores, whole-CPU stages deadlock).",
+        description="CPU profile: a 1-CPU placement bundle for the engine, 0.1 CPU for every helper stage "
+        "(on 2 cores, whole-CPU stages deadlock), vLLM tokenizing in the engine and using every core.",
     )
     kv_cache_gib: int = Field(1, gt=0, description="CPU only: KV-cache budget (VLLM_CPU_KVCACHE_SPACE).")
 
