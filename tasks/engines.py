@@ -179,10 +179,12 @@ class VLLMEngine(_RayDataEngine):
         extra: dict = {}
         if v.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(v.kv_cache_gib)
-            small = {"num_cpus": HELPER_CPUS}
-            # the engine asks Ray for one CPU and no GPU; helper stages take a tenth of a CPU each
-            extra = {"placement_group_config": {"bundles": [{"CPU": 1}]}, "chat_template_stage": small,
-                     "tokenize_stage": small, "detokenize_stage": small}
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"  # vLLM keeps a core idle for its front end by default
+            # The engine asks Ray for one CPU and no GPU; the chat-template stage takes a tenth of a CPU.
+            # vLLM tokenizes and detokenizes itself: separate Ray stages for that pay off on GPU nodes,
+            # but on a laptop each is one more process importing vLLM before the first answer.
+            extra = {"placement_group_config": {"bundles": [{"CPU": 1}]},
+                     "chat_template_stage": {"num_cpus": HELPER_CPUS}, "tokenize_stage": False, "detokenize_stage": False}
         else:
             engine_kwargs["gpu_memory_utilization"] = v.gpu_memory_utilization
             extra = {"accelerator_type": None}
