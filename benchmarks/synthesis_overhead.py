@@ -252,7 +252,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--actors", type=int, default=1, help="openai engine actors (synthesis.openai.actors)")
-    parser.add_argument("--shard-rows", type=int, default=1000)
+    parser.add_argument("--shard-rows", type=int, default=256)
     parser.add_argument("--skip-httpx", action="store_true", help="leave out the bare httpx loop (slow)")
     parser.add_argument("--vllm-rows", type=int, default=32)
     parser.add_argument("--skip-vllm", action="store_true")
