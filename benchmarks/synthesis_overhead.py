@@ -1,9 +1,10 @@
 """What the synthesis pipeline costs on top of talking to the engine directly.
 
 (a) openai engine, against a fixed-latency OpenAI-compatible server written for this benchmark (in
-    its own process), at each concurrency (default 64 and 256), the same request bodies four ways:
+    its own process), at each concurrency (default 64 and 256), the same request bodies five ways:
     a bare asyncio loop over `httpx` (the engine's former client), a bare asyncio loop over `aiohttp`
-    (the anchor), the engine's Ray Data stage alone on rendered rows, and `run_synthesis` end to end
+    (the anchor), the engine's own client on one loop without Ray, the engine's Ray Data stage alone
+    on rendered rows, and `run_synthesis` end to end
     (seeds → render → engine stage → parse/guard → shards). Ray start-up is paid before the clock
     starts. Target: pipeline rows/s ≥ 0.8 × the bare aiohttp loop; the stage alone shows whether the
     client or the driver path limits the ratio.
@@ -133,6 +134,20 @@ async def bare_aiohttp(base_url: str, bodies: list[dict], concurrency: int) -> f
         return time.perf_counter() - start
 
 
+async def client_loop(cfg, conversations: list[list[dict]]) -> float:
+    """The engine's own client (`ChatClient`: body, retries, result rows) on one asyncio loop, no Ray."""
+    from tasks.openai_client import ChatClient
+
+    client = ChatClient(cfg.openai, cfg.sampling)
+    rows = [{"cache_key": f"k{i}", "messages": m[:-1] if cfg.sampling.prefill else m} for i, m in enumerate(conversations)]
+    start = time.perf_counter()
+    results = await client.complete_all(rows)
+    elapsed = time.perf_counter() - start
+    await client.aclose()
+    assert all(r["error"] is None for r in results), next(r["error"] for r in results if r["error"])
+    return elapsed
+
+
 def engine_stage(cfg, conversations: list[list[dict]]) -> tuple[float, float]:
     """The openai engine's Ray Data stage alone, on already-rendered rows (no seed reading, rendering,
     parsing or shard writing): what the client costs inside Ray Data. (seconds end to end, steady
@@ -175,6 +190,7 @@ def bench_openai(args, folder: Path) -> list[dict]:
             if not args.skip_httpx:
                 row["httpx_s"] = asyncio.run(bare_httpx(base_url, bodies, concurrency))
             row["aiohttp_s"] = asyncio.run(bare_aiohttp(base_url, bodies, concurrency))
+            row["client_s"] = asyncio.run(client_loop(cfg, conversations))
             row["stage_s"], row["stage_steady"] = engine_stage(cfg, conversations)
             start = time.perf_counter()
             summary = run_synthesis(seeds, str(folder / f"out-{concurrency}"), cfg, progress=lambda m: None)
@@ -233,15 +249,17 @@ def print_openai(rows: list[dict], args) -> None:
     print(f"(a) openai engine, {first['rows']} rows, {args.latency_ms:.0f} ms/request, {args.actors} engine actor(s);"
           f" rows/s (Ray start-up {first['ray_start_s']:.1f} s, not counted); load average {os.getloadavg()[0]:.2f}")
     print("    end to end = all rows / wall time (actor start-up included); steady = after the first answers")
-    columns = ("concurrency", "limit", "bare httpx", "bare aiohttp", "stage", "stage steady", "pipeline",
+    print("    client = the engine's ChatClient on one asyncio loop, no Ray; stage = its Ray Data stage alone")
+    columns = ("concurrency", "limit", "bare httpx", "bare aiohttp", "client", "stage", "stage steady", "pipeline",
                "pipe steady", "pipe/aiohttp", "steady/aiohttp")
     print("    " + "".join(f"{c:>15}" for c in columns))
     for r in rows:
-        rate = {k: r["rows"] / r[f"{k}_s"] if f"{k}_s" in r else float("nan") for k in ("httpx", "aiohttp", "stage", "pipeline")}
-        values = (r["concurrency"], r["concurrency"] / (args.latency_ms / 1000), rate["httpx"], rate["aiohttp"], rate["stage"],
-                  r["stage_steady"], rate["pipeline"], r["pipeline_steady"], rate["pipeline"] / rate["aiohttp"],
-                  r["pipeline_steady"] / rate["aiohttp"])
-        print("    " + "".join(f"{v:>15.0f}" if i < 8 else f"{v:>15.3f}" for i, v in enumerate(values)))
+        rate = {k: r["rows"] / r[f"{k}_s"] if f"{k}_s" in r else float("nan")
+                for k in ("httpx", "aiohttp", "client", "stage", "pipeline")}
+        values = (r["concurrency"], r["concurrency"] / (args.latency_ms / 1000), rate["httpx"], rate["aiohttp"],
+                  rate["client"], rate["stage"], r["stage_steady"], rate["pipeline"], r["pipeline_steady"],
+                  rate["pipeline"] / rate["aiohttp"], r["pipeline_steady"] / rate["aiohttp"])
+        print("    " + "".join(f"{v:>15.0f}" if i < 9 else f"{v:>15.3f}" for i, v in enumerate(values)))
     print("    target: pipeline / bare aiohttp >= 0.8 at each concurrency; stage steady / aiohttp shows the client alone:")
     print("    " + ", ".join(f"c={r['concurrency']}: {r['stage_steady'] / (r['rows'] / r['aiohttp_s']):.3f}" for r in rows))
 
