@@ -138,7 +138,8 @@ async def client_loop(cfg, conversations: list[list[dict]]) -> float:
     """The engine's own client (`ChatClient`: body, retries, result rows) on one asyncio loop, no Ray."""
     from tasks.openai_client import ChatClient
 
-    client = ChatClient(cfg.openai, cfg.sampling)
+    client = ChatClient(cfg.openai.model_copy(update={"concurrency": cfg.openai.concurrency * cfg.openai.actors}),
+                        cfg.sampling)
     rows = [{"cache_key": f"k{i}", "messages": m[:-1] if cfg.sampling.prefill else m} for i, m in enumerate(conversations)]
     start = time.perf_counter()
     results = await client.complete_all(rows)
@@ -182,8 +183,9 @@ def bench_openai(args, folder: Path) -> list[dict]:
         ray_start = time.perf_counter() - started
         out = []
         for concurrency in args.concurrency:
+            # the same requests in flight as the bare loops: `concurrency` over all the actors together
             cfg = SynthesisConfig(engine="openai", shard_rows=args.shard_rows, openai=OpenAIEngineConfig(
-                base_url=base_url, model="bench", concurrency=concurrency, actors=args.actors))
+                base_url=base_url, model="bench", concurrency=max(1, concurrency // args.actors), actors=args.actors))
             conversations = rendered(seeds, cfg)
             bodies = [request_body("bench", m, cfg.sampling) for m in conversations]
             row = {"concurrency": concurrency, "rows": len(bodies), "ray_start_s": ray_start}
@@ -246,7 +248,8 @@ def run_side(which: str, rows: int, folder: Path) -> dict:
 
 def print_openai(rows: list[dict], args) -> None:
     first = rows[0]
-    print(f"(a) openai engine, {first['rows']} rows, {args.latency_ms:.0f} ms/request, {args.actors} engine actor(s);"
+    print(f"(a) openai engine, {first['rows']} rows, {args.latency_ms:.0f} ms/request, {args.actors} engine actor(s)"
+          f" sharing each concurrency;"
           f" rows/s (Ray start-up {first['ray_start_s']:.1f} s, not counted); load average {os.getloadavg()[0]:.2f}")
     print("    end to end = all rows / wall time (actor start-up included); steady = after the first answers")
     print("    client = the engine's ChatClient on one asyncio loop, no Ray; stage = its Ray Data stage alone")
@@ -269,7 +272,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--latency-ms", type=float, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
-    parser.add_argument("--actors", type=int, default=1, help="openai engine actors (synthesis.openai.actors)")
+    parser.add_argument("--actors", type=int, default=1,
+                        help="openai engine actors (synthesis.openai.actors); each gets concurrency / actors")
     parser.add_argument("--shard-rows", type=int, default=256)
     parser.add_argument("--skip-httpx", action="store_true", help="leave out the bare httpx loop (slow)")
     parser.add_argument("--vllm-rows", type=int, default=32)
