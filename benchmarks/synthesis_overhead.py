@@ -1,14 +1,18 @@
 """What the synthesis pipeline costs on top of talking to the engine directly.
 
-(a) openai engine: `run_synthesis` (Ray Data pipeline: render → engine stage → parse/guard → shards)
-    against a fixed-latency OpenAI-compatible server written for this benchmark, versus a plain
-    `openai.AsyncOpenAI` loop at the same concurrency sending the same messages. Ray start-up is paid
-    before the clock starts. Target: pipeline throughput ≥ 0.95 × the plain loop.
+(a) openai engine, against a fixed-latency OpenAI-compatible server written for this benchmark (in
+    its own process), at each concurrency (default 64 and 256), the same request bodies five ways:
+    a bare asyncio loop over `httpx` (the engine's former client), a bare asyncio loop over `aiohttp`
+    (the anchor), the engine's own client on one loop without Ray, the engine's Ray Data stage alone
+    on rendered rows, and `run_synthesis` end to end
+    (seeds → render → engine stage → parse/guard → shards). Ray start-up is paid before the clock
+    starts. Target: pipeline rows/s ≥ 0.8 × the bare aiohttp loop; the stage alone shows whether the
+    client or the driver path limits the ratio.
 (b) vllm engine: `run_synthesis` with the CPU vLLM and the packaged SmolLM2, versus `vllm.LLM.chat`
     called directly on the same rendered messages with the same sampling. Rows/s both ways; engine
     start-up reported separately (it dominates on small runs).
 
-Run:  python benchmarks/synthesis_overhead.py [--rows 800 --latency-ms 100 --concurrency 8]
+Run:  nice -n 19 python benchmarks/synthesis_overhead.py [--rows 5000 --latency-ms 50 --concurrency 64 256 --actors 1]
       python benchmarks/synthesis_overhead.py --skip-vllm     # (a) only
 (b) runs in subprocesses so each side starts its own engine: `--only vllm-pipeline|vllm-direct`.
 """
@@ -23,7 +27,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -32,7 +35,8 @@ ANSWER = "<answer><new_instruction>Only sources written for professional growers
 
 
 def serve_fixed_latency(port: int, latency_s: float) -> None:
-    """A minimal OpenAI-compatible /v1/chat/completions that sleeps `latency_s`, then answers."""
+    """A minimal OpenAI-compatible /v1/chat/completions that sleeps `latency_s`, then answers. Run in
+    its own process (`--serve`), so the clients measured never share an interpreter lock with it."""
     from aiohttp import web
 
     async def chat(request: web.Request) -> web.Response:
@@ -46,11 +50,23 @@ def serve_fixed_latency(port: int, latency_s: float) -> None:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    threading.Thread(target=loop.run_forever, daemon=True).start()
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, backlog=4096)
+
+
+def start_server(latency_ms: float) -> tuple[subprocess.Popen, str]:
+    """The fixed-latency server in a child process; returns it and its /v1 root once it answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--latency-ms", str(latency_ms)])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, f"http://127.0.0.1:{port}/v1"
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the fixed-latency server did not start")
 
 
 def seed_file(rows: int, folder: Path) -> str:
@@ -76,46 +92,118 @@ def rendered(seeds: str, cfg) -> list[list[dict]]:
     return [with_prefill(render(s, 0, default_template()), cfg.sampling) for s in table]
 
 
-async def plain_loop(base_url: str, model: str, conversations: list, concurrency: int, sampling) -> float:
-    from openai import AsyncOpenAI
+def request_body(model: str, messages: list[dict], sampling) -> dict:
+    """The body the engine's client sends (prefill continued and echoed), so every path sends the same bytes."""
+    from dualview_core.config import OpenAIEngineConfig
+    from tasks.openai_client import ChatClient
 
-    client = AsyncOpenAI(base_url=base_url, api_key="unused")
+    return ChatClient(OpenAIEngineConfig(model=model), sampling)._body(messages[:-1] if sampling.prefill else messages)
+
+
+async def bare_httpx(base_url: str, bodies: list[dict], concurrency: int) -> float:
+    """A bare asyncio loop over one pooled `httpx.AsyncClient`: the client the engine used to have."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     gate = asyncio.Semaphore(concurrency)
-    params = sampling.engine_params()
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=120) as client:
+        async def one(body):
+            async with gate:
+                (await client.post("/chat/completions", json=body)).raise_for_status()
 
-    async def one(messages):
-        async with gate:
-            await client.chat.completions.create(model=model, messages=messages, temperature=params["temperature"],
-                                                 max_tokens=params["max_tokens"], seed=params["seed"])
+        start = time.perf_counter()
+        await asyncio.gather(*(one(b) for b in bodies))
+        return time.perf_counter() - start
 
+
+async def bare_aiohttp(base_url: str, bodies: list[dict], concurrency: int) -> float:
+    """A bare asyncio loop over one `aiohttp.ClientSession` with a connector limit of `concurrency`:
+    the anchor the engine is measured against."""
+    import aiohttp
+
+    gate = asyncio.Semaphore(concurrency)
+    url = base_url + "/chat/completions"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def one(body):
+            async with gate, session.post(url, json=body) as response:
+                response.raise_for_status()
+                await response.json()
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(b) for b in bodies))
+        return time.perf_counter() - start
+
+
+async def client_loop(cfg, conversations: list[list[dict]]) -> float:
+    """The engine's own client (`ChatClient`: body, retries, result rows) on one asyncio loop, no Ray."""
+    from tasks.openai_client import ChatClient
+
+    client = ChatClient(cfg.openai.model_copy(update={"concurrency": cfg.openai.concurrency * cfg.openai.actors}),
+                        cfg.sampling)
+    rows = [{"cache_key": f"k{i}", "messages": m[:-1] if cfg.sampling.prefill else m} for i, m in enumerate(conversations)]
     start = time.perf_counter()
-    await asyncio.gather(*(one(m) for m in conversations))
-    return time.perf_counter() - start
+    results = await client.complete_all(rows)
+    elapsed = time.perf_counter() - start
+    await client.aclose()
+    assert all(r["error"] is None for r in results), next(r["error"] for r in results if r["error"])
+    return elapsed
 
 
-def bench_openai(args, folder: Path) -> dict:
+def engine_stage(cfg, conversations: list[list[dict]]) -> tuple[float, float]:
+    """The openai engine's Ray Data stage alone, on already-rendered rows (no seed reading, rendering,
+    parsing or shard writing): what the client costs inside Ray Data. (seconds end to end, steady
+    rows/s after the first answers, i.e. without the actors' start-up)."""
+    import ray
+
+    from tasks.engines import OpenAIEngine
+
+    rows = [{"cache_key": f"k{i}", "messages": m[:-1] if cfg.sampling.prefill else m} for i, m in enumerate(conversations)]
+    start = time.perf_counter()
+    answered, first_t, first_n = 0, None, 0
+    for batch in OpenAIEngine(cfg).transform(ray.data.from_items(rows)).iter_batches(batch_size=256, batch_format="pyarrow"):
+        answered += batch.num_rows
+        if first_t is None:
+            first_t, first_n = time.perf_counter(), answered
+    elapsed = time.perf_counter() - start
+    assert answered == len(rows), (answered, len(rows))
+    return elapsed, (answered - first_n) / (start + elapsed - first_t)
+
+
+def bench_openai(args, folder: Path) -> list[dict]:
+    """Per concurrency: bare httpx, bare aiohttp, the engine stage alone, the whole pipeline; rows/s."""
     from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
     from tasks.ray_runtime import ensure_ray
     from tasks.synthesis import run_synthesis
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    serve_fixed_latency(port, args.latency_ms / 1000)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_url=base_url, model="bench", concurrency=args.concurrency),
-                          shard_rows=64)
-    seeds = seed_file(args.rows, folder)
-    started = time.perf_counter()
-    ensure_ray()
-    ray_start = time.perf_counter() - started
-    start = time.perf_counter()
-    summary = run_synthesis(seeds, str(folder / "out"), cfg, progress=lambda m: None)
-    pipeline = time.perf_counter() - start
-    assert summary["cost"]["engine_rows"] == args.rows, summary["cost"]
-    plain = asyncio.run(plain_loop(base_url, "bench", rendered(seeds, cfg), args.concurrency, cfg.sampling))
-    ideal = args.rows * args.latency_ms / 1000 / args.concurrency
-    return {"rows": args.rows, "ray_start_s": ray_start, "pipeline_s": pipeline, "plain_s": plain, "ideal_s": ideal,
-            "first_answers_s": summary["cost"]["first_answers_s"], "steady_rows_per_s": summary["cost"]["steady_rows_per_s"]}
+
+    server, base_url = start_server(args.latency_ms)
+    try:
+        seeds = seed_file(args.rows, folder)
+        started = time.perf_counter()
+        ensure_ray()
+        ray_start = time.perf_counter() - started
+        out = []
+        for concurrency in args.concurrency:
+            # the same requests in flight as the bare loops: `concurrency` over all the actors together
+            cfg = SynthesisConfig(engine="openai", shard_rows=args.shard_rows, openai=OpenAIEngineConfig(
+                base_url=base_url, model="bench", concurrency=max(1, concurrency // args.actors), actors=args.actors))
+            conversations = rendered(seeds, cfg)
+            bodies = [request_body("bench", m, cfg.sampling) for m in conversations]
+            row = {"concurrency": concurrency, "rows": len(bodies), "ray_start_s": ray_start}
+            if not args.skip_httpx:
+                row["httpx_s"] = asyncio.run(bare_httpx(base_url, bodies, concurrency))
+            row["aiohttp_s"] = asyncio.run(bare_aiohttp(base_url, bodies, concurrency))
+            row["client_s"] = asyncio.run(client_loop(cfg, conversations))
+            row["stage_s"], row["stage_steady"] = engine_stage(cfg, conversations)
+            start = time.perf_counter()
+            summary = run_synthesis(seeds, str(folder / f"out-{concurrency}"), cfg, progress=lambda m: None)
+            row["pipeline_s"] = time.perf_counter() - start
+            assert summary["cost"]["engine_rows"] == len(bodies), summary["cost"]
+            row["pipeline_steady"] = summary["cost"].get("steady_rows_per_s") or float("nan")
+            out.append(row)
+        return out
+    finally:
+        server.kill()
+        server.wait()
 
 
 def bench_vllm_side(which: str, rows: int, folder: Path) -> dict:
@@ -158,32 +246,50 @@ def run_side(which: str, rows: int, folder: Path) -> dict:
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith(RESULT))[len(RESULT):])
 
 
+def print_openai(rows: list[dict], args) -> None:
+    first = rows[0]
+    print(f"(a) openai engine, {first['rows']} rows, {args.latency_ms:.0f} ms/request, {args.actors} engine actor(s)"
+          f" sharing each concurrency;"
+          f" rows/s (Ray start-up {first['ray_start_s']:.1f} s, not counted); load average {os.getloadavg()[0]:.2f}")
+    print("    end to end = all rows / wall time (actor start-up included); steady = after the first answers")
+    print("    client = the engine's ChatClient on one asyncio loop, no Ray; stage = its Ray Data stage alone")
+    columns = ("concurrency", "limit", "bare httpx", "bare aiohttp", "client", "stage", "stage steady", "pipeline",
+               "pipe steady", "pipe/aiohttp", "steady/aiohttp")
+    print("    " + "".join(f"{c:>15}" for c in columns))
+    for r in rows:
+        rate = {k: r["rows"] / r[f"{k}_s"] if f"{k}_s" in r else float("nan")
+                for k in ("httpx", "aiohttp", "client", "stage", "pipeline")}
+        values = (r["concurrency"], r["concurrency"] / (args.latency_ms / 1000), rate["httpx"], rate["aiohttp"],
+                  rate["client"], rate["stage"], r["stage_steady"], rate["pipeline"], r["pipeline_steady"],
+                  rate["pipeline"] / rate["aiohttp"], r["pipeline_steady"] / rate["aiohttp"])
+        print("    " + "".join(f"{v:>15.0f}" if i < 9 else f"{v:>15.3f}" for i, v in enumerate(values)))
+    print("    target: pipeline / bare aiohttp >= 0.8 at each concurrency; stage steady / aiohttp shows the client alone:")
+    print("    " + ", ".join(f"c={r['concurrency']}: {r['stage_steady'] / (r['rows'] / r['aiohttp_s']):.3f}" for r in rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=800)
-    parser.add_argument("--latency-ms", type=float, default=100)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=5000)
+    parser.add_argument("--latency-ms", type=float, default=50)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--actors", type=int, default=1,
+                        help="openai engine actors (synthesis.openai.actors); each gets concurrency / actors")
+    parser.add_argument("--shard-rows", type=int, default=256)
+    parser.add_argument("--skip-httpx", action="store_true", help="leave out the bare httpx loop (slow)")
     parser.add_argument("--vllm-rows", type=int, default=32)
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--only", choices=["vllm-pipeline", "vllm-direct"])
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the fixed-latency server
     parser.add_argument("--workdir")
     args = parser.parse_args()
+    if args.serve:
+        serve_fixed_latency(args.serve, args.latency_ms / 1000)
+        return
     folder = Path(args.workdir or tempfile.mkdtemp(prefix="synbench-"))
     if args.only:
         print(RESULT + json.dumps(bench_vllm_side(args.only, args.vllm_rows, folder)), flush=True)
         return
-    a = bench_openai(args, folder)
-    print(f"(a) openai engine, {a['rows']} rows, {args.latency_ms:.0f} ms/request, concurrency {args.concurrency}"
-          f" (ideal {a['ideal_s']:.2f} s; Ray start-up {a['ray_start_s']:.1f} s, not counted)")
-    print(f"    {'path':<28}{'seconds':>9}{'rows/s':>9}")
-    for name, seconds in (("dualview pipeline (Ray)", a["pipeline_s"]), ("plain AsyncOpenAI loop", a["plain_s"])):
-        print(f"    {name:<28}{seconds:>9.2f}{a['rows'] / seconds:>9.1f}")
-    ratio = a["plain_s"] / a["pipeline_s"]
-    steady = a["steady_rows_per_s"] / (a["rows"] / a["plain_s"])
-    print(f"    end-to-end throughput ratio pipeline / plain: {ratio:.3f}"
-          f"  (the pipeline's first answers arrive after {a['first_answers_s']:.1f} s: stage start-up)")
-    print(f"    steady-state ratio (pipeline after its first answers, {a['steady_rows_per_s']:.1f} rows/s) / plain: {steady:.3f}"
-          f"  (target >= 0.95: {'PASS' if steady >= 0.95 else 'MISS'})")
+    print_openai(bench_openai(args, folder), args)
     if args.skip_vllm:
         return
     pipe, direct = run_side("vllm-pipeline", args.vllm_rows, folder), run_side("vllm-direct", args.vllm_rows, folder)

@@ -130,6 +130,16 @@ class OpenAIEngineConfig(_Config):
     """Any OpenAI-compatible chat endpoint (e.g. a vLLM server)."""
 
     base_url: str = Field("http://127.0.0.1:8000/v1", description="Endpoint root, ending in /v1.")
+    base_urls: tuple[str, ...] = Field(
+        (), description="Several endpoint roots serving the same model; when set, they replace `base_url`. Each "
+        "row goes to one, picked from its cache key (a re-run asks the same one); each retry moves to the next, "
+        "so the rows of an endpoint that fails are answered by the others. Not part of the cache key.",
+    )
+    actors: int = Field(
+        1, gt=0, description="Engine actors, each with its own connection pool and `concurrency` requests in "
+        "flight (actors x concurrency in all). More actors spread the client's CPU over cores and nodes; each "
+        "asks Ray for a tenth of a CPU, so they never starve Ray Data's other stages on a small machine.",
+    )
     model: str = Field("smollm2", description="The served model name; it is part of every cache key.")
     api_key_env: str = Field(
         "OPENAI_API_KEY",
@@ -149,6 +159,17 @@ class OpenAIEngineConfig(_Config):
         None, description="A Hugging Face tokenizer (id, folder, or 'smollm2') matching the served model, used "
         "with its chat template to count prompt tokens for `context_length`.",
     )
+
+    @model_validator(mode="after")
+    def _distinct_endpoints(self) -> OpenAIEngineConfig:
+        roots = [u.rstrip("/") for u in self.base_urls]
+        if len(set(roots)) != len(roots) or not all(roots):
+            raise ValueError(f"openai.base_urls must be distinct, non-empty endpoint roots, got {list(self.base_urls)}")
+        return self
+
+    def endpoints(self) -> tuple[str, ...]:
+        """The endpoint roots rows are spread over, without a trailing slash: `base_urls`, else `base_url`."""
+        return tuple(u.rstrip("/") for u in self.base_urls or (self.base_url,))
 
 
 class ReferenceEngineConfig(_Config):

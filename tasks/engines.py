@@ -10,8 +10,9 @@ reference engine reads a file at a time, so the driver's heap never holds the wh
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
-- `OpenAIEngine`: any OpenAI-compatible chat endpoint, with bounded concurrency, per-request timeouts
-  and retries with backoff (tasks/openai_client.py).
+- `OpenAIEngine`: any OpenAI-compatible chat endpoint (or several serving the same model), over
+  `actors` Ray Data actors, each with bounded concurrency, per-request timeouts and retries with
+  backoff (tasks/openai_client.py).
   Both are stages of a Ray Data pipeline.
 - `ReferenceEngine` (`engine: reference`): for controlled benchmarks only. It answers from a world's
   metadata (`dualview_core.world`) with the known correct reversal for N*, in the answer format the
@@ -113,7 +114,8 @@ def start_wait(cfg: SynthesisConfig) -> tuple[str, str]:
         return "starting the vLLM engine", f"{v.model}, {where}"
     if cfg.engine == "reference":
         return "reading the world's metadata", f"{cfg.reference.world} (reference engine, no model)"
-    return "starting the Ray Data client stage", f"{cfg.openai.base_url}, model {cfg.openai.model}"
+    o = cfg.openai
+    return "starting the Ray Data client stage", f"{', '.join(o.endpoints())}, model {o.model}, {o.actors} actor(s)"
 
 
 def result_row(row: dict) -> dict:
@@ -231,6 +233,8 @@ class OpenAIEngine(_RayDataEngine):
         self.model_id = cfg.openai.model
 
     def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+        from ray.data import ActorPoolStrategy
+
         from tasks.openai_client import OpenAIStage
 
         o = self.cfg.openai
@@ -239,8 +243,8 @@ class OpenAIEngine(_RayDataEngine):
             fn_constructor_kwargs={"cfg": o, "sampling": self.cfg.sampling},
             batch_size=o.concurrency,  # one wave per batch; several batches in flight (async stage)
             batch_format="pyarrow",
-            concurrency=1,
-            num_cpus=HELPER_CPUS,
+            compute=ActorPoolStrategy(size=o.actors),  # each actor: its own session, `concurrency` in flight
+            num_cpus=HELPER_CPUS,  # a fraction: whole-CPU actors deadlock Ray Data on 2 cores
             max_concurrency=OPENAI_BATCHES_IN_FLIGHT,
         )
 

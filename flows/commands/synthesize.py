@@ -20,7 +20,9 @@ def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
     if args.model and args.engine == "vllm":
         update["vllm"] = base.vllm.model_copy(update={"model": args.model})
     if args.engine == "openai":
-        fields = {k: v for k, v in {"base_url": args.base_url, "model": args.model, "concurrency": args.concurrency}.items() if v}
+        urls = args.base_url or []  # one: base_url; several: base_urls, rows spread over them
+        fields = {k: v for k, v in {"model": args.model, "concurrency": args.concurrency, "actors": args.actors}.items() if v}
+        fields |= {"base_url": urls[0], "base_urls": ()} if len(urls) == 1 else {"base_urls": tuple(urls)} if urls else {}
         update["openai"] = OpenAIEngineConfig(**{**base.openai.model_dump(), **fields})
     return SynthesisConfig(**{**base.model_dump(), **update})
 
@@ -44,9 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", required=True, help="seed rows (Parquet/JSONL/folder, local or s3://)")
     p.add_argument("--out", required=True, help="output folder (local or s3://); re-runs only do what is missing")
     p.add_argument("--engine", choices=["vllm", "openai"], default="vllm")
-    p.add_argument("--base-url", help="openai engine: endpoint root ending in /v1")
+    p.add_argument("--base-url", action="append",
+                   help="openai engine: endpoint root ending in /v1; repeat it to spread rows over several endpoints")
     p.add_argument("--model", help="vllm: model id or folder ('smollm2' = packaged); openai: served model name")
-    p.add_argument("--concurrency", type=int, help="openai engine: requests in flight")
+    p.add_argument("--concurrency", type=int, help="openai engine: requests in flight per actor")
+    p.add_argument("--actors", type=int, help="openai engine: client actors, each with --concurrency in flight")
     p.add_argument("--limit", type=int, help="only the first N eligible seeds")
     p.add_argument("--shard-rows", type=int, help="rows per published output shard")
     p.add_argument("--per-negative", action="store_true", help="one reversed view per instruction negative")

@@ -24,8 +24,10 @@ class Script:
     def __init__(self, steps):
         self.steps, self.seen = list(steps), []
         self.in_flight = self.peak = 0
+        self.peers: set = set()  # the client's (host, port) per connection
 
     async def handle(self, request: web.Request) -> web.Response:
+        self.peers.add(request.transport.get_extra_info("peername"))
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
@@ -60,10 +62,18 @@ def server():
         loop.call_soon_threadsafe(loop.stop)
 
 
-def complete(base_url: str, rows: int = 1, **cfg) -> list[dict]:
-    client = ChatClient(OpenAIEngineConfig(base_url=base_url, model="m", backoff_s=0.01, **cfg),
+def complete(base_url: str | None, rows: int = 1, **cfg) -> list[dict]:
+    client = ChatClient(OpenAIEngineConfig(**({"base_url": base_url} if base_url else {}), model="m", backoff_s=0.01, **cfg),
                         SamplingConfig(max_tokens=8, prefill="<answer><new_instruction>"))
-    return asyncio.run(client.complete_all([{"cache_key": f"k{i}", "messages": [{"role": "user", "content": "hi"}]} for i in range(rows)]))
+
+    async def run() -> list[dict]:
+        try:
+            return await client.complete_all([{"cache_key": f"k{i}", "messages": [{"role": "user", "content": "hi"}]}
+                                              for i in range(rows)])
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
 
 
 def test_success_carries_prefill_usage_and_continuation_flags(server):
@@ -114,6 +124,32 @@ def test_concurrency_is_bounded(server):
     results = complete(url, rows=6, concurrency=2)
     assert all(r["error"] is None for r in results)
     assert script.peak == 2 and len(script.seen) == 6
+
+
+def test_one_session_holds_every_row_on_its_own_connections(server):
+    """The connector's limit matches the concurrency: 12 rows, 3 at a time, over at most 3 connections."""
+    script, url = server([0.05] * 12)
+    results = complete(url, rows=12, concurrency=3)
+    assert all(r["error"] is None for r in results) and len(script.seen) == 12 and script.peak == 3
+    assert len(script.peers) == 3  # reused: 12 requests, 3 connections
+
+
+# --- several endpoints -----------------------------------------------------------------------
+
+def test_rows_spread_over_endpoints_by_key_and_a_dead_one_fails_over(server):
+    from tasks.openai_client import endpoint_index
+
+    first, url_a = server([])
+    second, url_b = server([])
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    results = complete(None, rows=20, base_urls=(url_a, url_b, dead), max_attempts=2)
+    assert [r["cache_key"] for r in results] == [f"k{i}" for i in range(20)]
+    assert all(r["error"] is None for r in results)
+    picks = [endpoint_index(f"k{i}", 1, 3) for i in range(20)]
+    # a row whose first pick is the dead endpoint answers on its second attempt, from the next one (index 0)
+    assert [r["attempts"] for r in results] == [2 if p == 2 else 1 for p in picks]
+    assert len(first.seen) == picks.count(0) + picks.count(2) and len(second.seen) == picks.count(1)
+    assert picks.count(2) > 0 and picks.count(1) > 0
 
 
 # --- a server that answers from scratch, and one that continues the prefill -----------------------
@@ -266,3 +302,54 @@ def test_an_old_format_cache_is_reused_with_no_new_calls(tmp_path):
     rejections = pq.read_table(out / "rejections.parquet").to_pylist()
     assert len(rejections) == 3 and all(r["query_id"] and r["query"] and r["original_instruction"] for r in rejections)
     assert pq.read_table(out / "dual_views.parquet").num_rows == first["dual_views"] == 3
+
+
+class Tally:
+    """Two endpoints' view of the traffic: which rows each answered, and the peak in flight over both."""
+
+    def __init__(self):
+        self.lock, self.in_flight, self.peak = threading.Lock(), 0, 0
+        self.rows: list[list[str]] = [[], []]
+
+    def handler(self, endpoint: int):
+        async def handle(request: web.Request) -> web.Response:
+            body = await request.json()
+            with self.lock:
+                self.in_flight += 1
+                self.peak = max(self.peak, self.in_flight)
+                self.rows[endpoint].append(body["messages"][0]["content"])
+            await asyncio.sleep(0.05)
+            with self.lock:
+                self.in_flight -= 1
+            return web.json_response({"choices": [{"message": {"content": "ok"}}], "usage": {}})
+        return handle
+
+
+def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
+    """200 rows through the engine's Ray Data stage on 2 actors (4 in flight each) and 2 endpoints."""
+    import ray
+
+    from dualview_core.config import SynthesisConfig
+    from tasks.engines import OpenAIEngine
+    from tasks.openai_client import endpoint_index
+    from tasks.ray_runtime import ensure_ray
+
+    tally, started = Tally(), []
+    try:
+        urls = (serve(tally.handler(0), started), serve(tally.handler(1), started))
+        cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_urls=urls, model="m", concurrency=4, actors=2))
+        rows = [{"cache_key": f"key-{i}", "messages": [{"role": "user", "content": f"key-{i}"}]} for i in range(200)]
+        ensure_ray(cfg.ray_address)
+        batches = OpenAIEngine(cfg).transform(ray.data.from_items(rows)).iter_batches(batch_size=64, batch_format="pyarrow")
+        out = [r for batch in batches for r in batch.to_pylist()]
+    finally:
+        for loop, runner in started:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
+            loop.call_soon_threadsafe(loop.stop)
+    keys = [r["cache_key"] for r in out]
+    assert sorted(keys) == sorted(r["cache_key"] for r in rows)  # every row once, none twice
+    assert all(r["error"] is None and r["raw_response"] == "ok" and r["attempts"] == 1 for r in out)
+    for endpoint in (0, 1):  # each endpoint answered exactly the rows its key picks, each once
+        assert sorted(tally.rows[endpoint]) == sorted(k for k in keys if endpoint_index(k, 1, 2) == endpoint)
+        assert tally.rows[endpoint]
+    assert 4 < tally.peak <= 8  # more than one actor's gate was open at once, and no more than two
