@@ -84,6 +84,10 @@ class _RayDataEngine:
     def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         raise NotImplementedError
 
+    def block_rows(self) -> int:
+        """Rows per input block: one batch of the engine."""
+        raise NotImplementedError
+
     def answers(self, rows: Iterable[dict], batch_rows: int) -> Iterator[list[dict]]:
         import ray
 
@@ -91,8 +95,12 @@ class _RayDataEngine:
 
         ensure_ray(self.cfg.ray_address)
         if isinstance(rows, StagedRows):  # a file at a time into the object store, never all on the driver's heap
-            # (not read_parquet: its read tasks wait for CPU the CPU vLLM profile has already given out)
-            source = ray.data.from_arrow_refs([ray.put(rows.table(i)) for i in range(len(rows.paths))])
+            # (not read_parquet: its read tasks wait for CPU the CPU vLLM profile has already given out).
+            # Blocks of one engine batch: a block is one task, so a whole file as one block would be
+            # answered one batch after another and come back all at once.
+            n = self.block_rows()
+            source = ray.data.from_arrow_refs([ray.put(table.slice(start, n)) for i in range(len(rows.paths))
+                                               for table in [rows.table(i)] for start in range(0, table.num_rows, n)])
         else:
             source = ray.data.from_items(list(rows))
         ds = self.transform(source)
@@ -171,6 +179,9 @@ class VLLMEngine(_RayDataEngine):
         self.cfg, self.model_path = cfg, model_path
         self.model_id = cfg.vllm.model
 
+    def block_rows(self) -> int:
+        return self.cfg.vllm.batch_size
+
     def _processor_config(self):
         from ray.data.llm import vLLMEngineProcessorConfig
 
@@ -231,6 +242,9 @@ class OpenAIEngine(_RayDataEngine):
     def __init__(self, cfg: SynthesisConfig):
         self.cfg = cfg
         self.model_id = cfg.openai.model
+
+    def block_rows(self) -> int:
+        return self.cfg.openai.concurrency  # the stage's batch: one wave of requests
 
     def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         from ray.data import ActorPoolStrategy
