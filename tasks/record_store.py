@@ -42,7 +42,6 @@ from dualview_core.cache_index import SEED_MAP, KeyIndex, build_index
 from dualview_core.contracts import SYNTHESIS_RECORD, conform, upgrade_synthesis_record
 from dualview_core.io import read_table, write_table
 from dualview_core.sources import filesystem
-from dualview_core.synthesis import final_records
 
 
 RECORDS, VERIFICATIONS, PENDING, SEED_MAP_FILE = "records", "verifications", ".pending", "seed_map.parquet"
@@ -105,12 +104,6 @@ class RecordStore:
         pattern = posixpath.join(self.root, folder, "part-*.parquet")
         return sorted(self.fs.glob(pattern))
 
-    def _all_records(self, folder: str) -> Iterator[dict]:
-        for shard in self._shards(folder):
-            with self.fs.open(shard, "rb") as f:
-                table = conform(upgrade_synthesis_record(pq.read_table(f)), SYNTHESIS_RECORD, what=shard)
-            yield from table.to_pylist()
-
     def read_shard(self, shard: str, columns: list[str] | None = None) -> pa.Table:
         with self.fs.open(shard, "rb") as f:
             if columns:
@@ -125,11 +118,6 @@ class RecordStore:
         shards = self._shards(folder)
         tables = [self.read_shard(s, INDEX_COLUMNS) for s in shards]
         return ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs))
-
-    def records(self, max_error_runs: int = 3, folder: str = RECORDS) -> dict[str, dict]:
-        """cache_key -> its final record. Transient engine errors are skipped, so a re-run retries
-        them, until a key has failed in `max_error_runs` runs."""
-        return final_records(self._all_records(folder), max_error_runs)
 
     def write_shard(self, rows: list[dict], folder: str = RECORDS) -> str:
         """Publish one shard atomically (written under a temporary name, then renamed)."""
