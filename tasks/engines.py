@@ -73,7 +73,9 @@ class StagedRows:
 class Engine(Protocol):
     model_id: str
 
-    def answers(self, rows: Iterable[dict], batch_rows: int) -> Iterator[list[dict]]: ...
+    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
+        """Complete result rows (`result_row`) for `rows`, a list at a time as the engine finishes them."""
+        ...
 
 
 class _RayDataEngine:
@@ -88,7 +90,7 @@ class _RayDataEngine:
         """Rows per input block: one batch of the engine."""
         raise NotImplementedError
 
-    def answers(self, rows: Iterable[dict], batch_rows: int) -> Iterator[list[dict]]:
+    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
         import ray
 
         from tasks.ray_runtime import ensure_ray
@@ -104,7 +106,7 @@ class _RayDataEngine:
         else:
             source = ray.data.from_items(list(rows))
         ds = self.transform(source)
-        for batch in ds.iter_batches(batch_size=batch_rows, batch_format="pyarrow"):
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):  # each block as it is done
             yield [result_row(r) for r in batch.to_pylist()]
 
 
@@ -263,6 +265,9 @@ class OpenAIEngine(_RayDataEngine):
         )
 
 
+REFERENCE_BATCH_ROWS = 256  # answers are instant; a list this long at a time keeps progress moving
+
+
 class ReferenceEngine:
     """The known correct reversal for N*, read from the world's metadata. Controlled benchmarks only."""
 
@@ -274,7 +279,7 @@ class ReferenceEngine:
         self.cfg, self.model_id = cfg, "reference"
         self.world = read_metadata(cfg.reference.world)
 
-    def answers(self, rows: Iterable[dict], batch_rows: int) -> Iterator[list[dict]]:
+    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
         from dualview_core.world import reference_answer
 
         out = []
@@ -285,7 +290,7 @@ class ReferenceEngine:
                 raw, error = None, f"reference engine: the world has no {e.args[0]}"
             out.append(result_row({"cache_key": row["cache_key"], "raw_response": raw, "prompt_tokens": 0,
                                    "completion_tokens": 0, "latency_s": 0.0, "error": error}))
-            if len(out) == batch_rows:
+            if len(out) == REFERENCE_BATCH_ROWS:
                 yield out
                 out = []
         if out:
@@ -305,5 +310,5 @@ def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> Engine:
 
 def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: Iterable[dict]) -> Iterator[list[dict]]:
     """Send rows `{cache_key, messages, ...}` through the configured engine; yield lists of complete
-    result rows (`result_row`), `cfg.shard_rows` at a time, as answers arrive."""
-    yield from make_engine(cfg, model_path).answers(rows, cfg.shard_rows)
+    result rows (`result_row`) as the engine finishes them (one engine batch each, about)."""
+    yield from make_engine(cfg, model_path).answers(rows)

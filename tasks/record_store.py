@@ -89,6 +89,26 @@ class ShardIndex:
         return table
 
 
+class ShardWriter:
+    """Records published in shards of `rows` as they are added; `close` publishes the rest. Engines
+    answer in batches smaller than a shard; a crash loses only the unpublished rows, which the next
+    run asks again."""
+
+    def __init__(self, store: RecordStore, rows: int, folder: str = RECORDS):
+        self.store, self.rows, self.folder, self.pending = store, rows, folder, []
+
+    def add(self, records: list[dict]) -> None:
+        self.pending.extend(records)
+        while len(self.pending) >= self.rows:
+            self.store.write_shard(self.pending[: self.rows], self.folder)
+            del self.pending[: self.rows]
+
+    def close(self) -> None:
+        if self.pending:
+            self.store.write_shard(self.pending, self.folder)
+            self.pending = []
+
+
 class RecordStore:
     def __init__(self, out: str, storage_options: dict | None = None):
         self.out = out.rstrip("/")

@@ -43,7 +43,7 @@ from dualview_core.synthesis import (CostSummary, EngineResult, WorkItem, cache_
                                      seed_fields, targets)
 from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
 from tasks.progress import duration
-from tasks.record_store import RecordStore
+from tasks.record_store import RecordStore, ShardWriter
 
 Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
@@ -284,7 +284,8 @@ class _PendingInfo:
 
 def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostSummary, progress: Progress,
                  model: _Model) -> None:
-    """A record for every pending item: rejected before the engine, answered, or failed."""
+    """A record for every pending item: rejected before the engine, answered, or failed. Progress
+    moves with every engine batch; records are published in shards of `shard_rows`."""
     from tasks.engines import StagedRows, answer_batches, start_wait
     from tasks.progress import Meter, waiting
 
@@ -293,32 +294,33 @@ def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostS
     staged.info = []
     meter = Meter("synthesis", staged.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
     geometry = _geometry(cfg)
+    shards = ShardWriter(store, cfg.shard_rows)
 
-    def publish(results: list[dict]) -> int:
+    def record(results: list[dict]) -> int:
         costs.mark_answers(len(results))
-        shard = _records(results, info.take([r["cache_key"] for r in results]), ask, geometry)
-        store.write_shard(shard)
-        for rec in shard:
+        records = _records(results, info.take([r["cache_key"] for r in results]), ask, geometry)
+        for rec in records:
             costs.add(rec)
-        return len(shard)
+        shards.add(records)
+        return len(records)
 
     if staged.too_long:
         progress(f"synthesis: {len(staged.too_long)} prompt(s) too long for the engine's context, rejected before sending")
-        meter.start(already=sum(publish(staged.too_long[i : i + cfg.shard_rows])
-                                for i in range(0, len(staged.too_long), cfg.shard_rows)))
+        meter.start(already=record(staged.too_long))
     if staged.paths:
         with waiting("synthesis", *start_wait(cfg), progress) as wait:
             for n, results in enumerate(answer_batches(cfg, model.path, StagedRows(tuple(staged.paths)))):
-                answered = publish(results)
+                answered = record(results)
                 if n == 0:  # the rate counts from here: the engine answered this batch while it was starting
                     progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
                     meter.start(already=answered)
                 else:
                     meter.advance(answered, f"{costs.accepted} accepted")
     missing = info.unanswered()  # never left without a record (and retried later)
-    for start in range(0, len(missing), cfg.shard_rows):
-        meter.advance(publish([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
-                               for k in missing[start : start + cfg.shard_rows]]), "engine returned no row for these")
+    if missing:
+        meter.advance(record([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
+                              for k in missing]), "engine returned no row for these")
+    shards.close()
 
 
 def engine_fields(item: WorkItem) -> dict:

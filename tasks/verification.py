@@ -17,7 +17,7 @@ from dualview_core.parsing import Rejection
 from dualview_core.prompting import prompt_version
 from dualview_core.synthesis import CostSummary, WorkItem, error_rejection, seed_fields
 from dualview_core.verification import default_template, parse_verdict, render, verdict_rejection, verify_key
-from tasks.record_store import VERIFICATIONS, RecordStore
+from tasks.record_store import VERIFICATIONS, RecordStore, ShardWriter
 
 
 def verify(items: list[WorkItem], records: list[dict], cfg: SynthesisConfig, store: RecordStore, costs: CostSummary,
@@ -59,16 +59,18 @@ def _ask(todo: dict, cfg: SynthesisConfig, store: RecordStore, template: str, ve
             for k, (i, r) in todo.items()]
     fresh: dict[str, dict] = {}
     meter = Meter("verification", len(rows), "rows", progress, every_s=10.0)
+    shards = ShardWriter(store, cfg.shard_rows, VERIFICATIONS)
     with waiting("verification", *start_wait(pass_cfg), progress) as wait:
         for results in answer_batches(pass_cfg, model_path, rows):
             shard = [_record(res, *todo[res["cache_key"]], version, model_id, sampling) for res in results]
-            store.write_shard(shard, folder=VERIFICATIONS)
+            shards.add(shard)
             if not fresh:
                 wait.stop()
                 meter.start(already=len(shard))
             else:
                 meter.advance(len(shard))
             fresh |= {rec["cache_key"]: rec for rec in shard}
+    shards.close()
     for key in todo.keys() - fresh.keys():  # no row back: unverified now, asked again next run
         fresh[key] = _record({"cache_key": key, "error": "engine returned no row", "attempts": 1}, *todo[key],
                              version, model_id, sampling)

@@ -55,7 +55,7 @@ def seeds_with_a_long_one(tmp_path: Path, normal: int) -> Path:
 
 
 def test_vllm_engine_through_ray_data_with_an_over_long_seed(tmp_path):
-    out, seeds = tmp_path / "syn", seeds_with_a_long_one(tmp_path, 8)
+    out, seeds = tmp_path / "syn", seeds_with_a_long_one(tmp_path, 4)
     cmd = [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", str(seeds), "--out", str(out),
            "--shard-rows", "4"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -63,20 +63,20 @@ def test_vllm_engine_through_ray_data_with_an_over_long_seed(tmp_path):
     summary = json.loads(done.stdout)
     (out / "summary.json").write_text(done.stdout)  # kept for a look at the numbers
     dual_views, rejections = outputs(out)
-    assert summary["plan"]["pending"] == 9 and summary["cost"]["engine_rows"] == 9
-    assert len(dual_views) + len(rejections) == 9 == summary["dual_views"] + summary["rejected"]
-    assert summary["outcomes"]["accepted"] + summary["outcomes"]["rejected"] == 9
+    assert summary["plan"]["pending"] == 5 and summary["cost"]["engine_rows"] == 5
+    assert len(dual_views) + len(rejections) == 5 == summary["dual_views"] + summary["rejected"]
+    assert summary["outcomes"]["accepted"] + summary["outcomes"]["rejected"] == 5
     [long] = [r for r in rejections if r["query_id"] == "long-passages"]
     assert long["rejection"] == "prompt_too_long" and long["attempts"] == 0 and long["prompt_tokens"] > 2048 - 64
-    assert summary["cost"]["prompt_tokens"] > 8 * 500  # the real prompts went through the real engine
-    assert summary["cost"]["attempts"] == 8  # the long one never reached it
+    assert summary["cost"]["prompt_tokens"] > 4 * 500  # the real prompts went through the real engine
+    assert summary["cost"]["attempts"] == 4  # the long one never reached it
     assert all(r["raw_response"].startswith("<answer><new_instruction>") for r in rejections if r["attempts"])
     assert all(r["rejection"] for r in rejections) and all(r["instruction"] for r in dual_views)
     assert all(r["query"] and r["original_instruction"] for r in rejections)
-    assert len(shard_keys(out)) == 9 and (out / "report.md").is_file() and summary["report"] == f"{out}/report.md"
+    assert len(shard_keys(out)) == 5 and (out / "report.md").is_file() and summary["report"] == f"{out}/report.md"
     cfg = SynthesisConfig(shard_rows=4, model_cache_dir=str(MODEL_CACHE))
     again = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
-    assert again["plan"] == {"pending": 0, "cached": 9, "new": 0, "changed": 0, "removed": 0, "unchanged": 9}
+    assert again["plan"] == {"pending": 0, "cached": 5, "new": 0, "changed": 0, "removed": 0, "unchanged": 5}
     assert again["cost"]["engine_rows"] == 0 and outputs(out) == (dual_views, rejections)
 
 
@@ -104,8 +104,9 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
            "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port)]
+    env = os.environ | {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}  # every core for the engine: ~1.4x its speed here
     with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
         wait_for_port(port, proc, timeout=300)
         _wait_healthy(port)
@@ -142,12 +143,12 @@ def test_openai_engine_and_incremental_cost(server, tmp_path):
     seeds = tmp_path / "seeds.jsonl"
     shutil.copy(samples.seeds_path(), seeds)
     out = tmp_path / "syn"
-    cfg = openai_cfg(server, limit=10, shard_rows=5)
+    cfg = openai_cfg(server, limit=6, shard_rows=4)
     before = served_requests(server)
     first = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
-    assert served_requests(server) - before == 10
-    assert first["cost"]["engine_rows"] == 10 and first["cost"]["prompt_tokens"] > 10 * 500
-    assert first["dual_views"] + first["rejected"] == 10
+    assert served_requests(server) - before == 6
+    assert first["cost"]["engine_rows"] == 6 and first["cost"]["prompt_tokens"] > 6 * 500
+    assert first["dual_views"] + first["rejected"] == 6
     # vLLM's server continues the prefill and echoes it back: every reply is prefill + continuation,
     # and no accepted instruction holds a tag or chatter
     dual_views, rejections = outputs(out)
@@ -155,14 +156,14 @@ def test_openai_engine_and_incremental_cost(server, tmp_path):
     assert all("<" not in v["instruction"] and not v["instruction"].lower().startswith("sure") for v in dual_views)
 
     rows = [json.loads(line) for line in seeds.read_text(encoding="utf-8").splitlines()]
-    eligible = [r for r in rows if r["has_instruction"]][:10]
-    for r in eligible[2:4]:  # change two seeds within the first ten
+    eligible = [r for r in rows if r["has_instruction"]][:6]
+    for r in eligible[2:4]:  # change two seeds within the first six
         r["positive_passages"][0]["text"] += " Updated in the latest revision."
     seeds.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     before = served_requests(server)
     second = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
     assert served_requests(server) - before == 2
-    assert second["plan"] == {"pending": 2, "cached": 8, "new": 0, "changed": 2, "removed": 0, "unchanged": 8}
+    assert second["plan"] == {"pending": 2, "cached": 4, "new": 0, "changed": 2, "removed": 0, "unchanged": 4}
 
     before = served_requests(server)
     third = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
@@ -177,7 +178,7 @@ def synthesize_cli(server: str, out: Path, limit: int) -> list[str]:
 
 def test_sigkill_then_resume_equals_an_uninterrupted_run(server, tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    total = 12
+    total = 8  # two engine batches of 4, published in shards of 2: killed after the first shard
     subprocess.run(synthesize_cli(server, whole, total), check=True, capture_output=True, timeout=600)
     proc = subprocess.Popen(synthesize_cli(server, killed, total), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

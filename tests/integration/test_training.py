@@ -1,6 +1,6 @@
 """Training end to end on the bundled sample: real DeepSpeed (gloo on CPU), the packaged MiniLM.
 
-- one in-process worker: 50 steps on all-dv, the loss falls and the separation grows;
+- one in-process worker: 30 steps on all-dv, the loss falls and the separation grows;
 - its checkpoint loads in sentence-transformers and encodes exactly as the project's encoder;
 - two ranks under the `deepspeed` launcher (ZeRO-2, in-batch negatives gathered across ranks) save
   to a local S3-compatible server;
@@ -37,8 +37,8 @@ SMALL = {"max_length": 64, "negatives": 3, "learning_rate": 5e-5}
 
 
 @pytest.fixture(scope="module")
-def fifty_steps(sample, tmp_path_factory):
-    cfg = TrainingConfig(mixture=MixtureConfig(name="all-dv"), batch_size=4, max_steps=50, eval_every=25, **SMALL)
+def thirty_steps(sample, tmp_path_factory):
+    cfg = TrainingConfig(mixture=MixtureConfig(name="all-dv"), batch_size=4, max_steps=30, eval_every=15, **SMALL)
     records: list[tuple[int, dict]] = []
     out = str(tmp_path_factory.mktemp("run") / "checkpoint")
     result = run(cfg, *sample, out, callback=lambda step, metrics: records.append((step, metrics)))
@@ -49,27 +49,29 @@ def series(records, name: str) -> list[tuple[int, float]]:
     return [(step, m[name]) for step, m in records if name in m]
 
 
-def test_single_worker_loss_falls_and_signals_are_reported(fifty_steps):
-    cfg, result, records = fifty_steps
-    assert result.world_size == 1 and result.steps == 50
+def test_single_worker_loss_falls_and_signals_are_reported(thirty_steps):
+    cfg, result, records = thirty_steps
+    assert result.world_size == 1 and result.steps == 30
     assert result.composition["by_source"] == {"instruct": 58, "non_instruct": 0, "dual_view": 58}
     losses = [v for _, v in series(records, LOSS)]
-    assert len(losses) == 50
+    assert len(losses) == 30
     first, last = statistics.mean(losses[:10]), statistics.mean(losses[-10:])
     assert last < 0.5 * first, f"loss did not fall: first 10 steps {first:.3f}, last 10 {last:.3f}"
-    lrs = [v for _, v in series(records, LR)]  # linear warm-up over 5 steps from 0, then linear decay
-    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(cfg.learning_rate) and lrs[-1] < 0.05 * cfg.learning_rate
+    lrs = [v for _, v in series(records, LR)]  # linear warm-up from 0, then linear decay towards 0
+    peak = lrs.index(max(lrs))
+    assert lrs[0] == 0.0 and max(lrs) == pytest.approx(cfg.learning_rate) and lrs[-1] < 0.1 * cfg.learning_rate
+    assert all(a > b for a, b in zip(lrs[peak:], lrs[peak + 1 :])), lrs
     assert all(v > 0 for _, v in series(records, SAMPLES_PER_S) + series(records, TOKENS_PER_S))
     separation = series(records, SEPARATION)
-    assert [s for s, _ in separation] == [0, 25, 50]
+    assert [s for s, _ in separation] == [0, 15, 30]
     assert separation[-1][1] > separation[0][1], f"instruction separation did not grow: {separation}"
     assert result.history == [{"step": s, **m} for s, m in records]
 
 
-def test_checkpoint_round_trip_through_sentence_transformers(fifty_steps, sample):
+def test_checkpoint_round_trip_through_sentence_transformers(thirty_steps, sample):
     from sentence_transformers import SentenceTransformer
 
-    cfg, result, records = fifty_steps
+    cfg, result, records = thirty_steps
     path = Path(result.checkpoint)
     assert CHECKPOINT_FILES <= {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()}
     texts = ["how long to ferment sauerkraut", "Small-Jar Sauerkraut: Timing by Temperature For a one-quart jar ..."]
@@ -88,12 +90,12 @@ def test_checkpoint_round_trip_through_sentence_transformers(fifty_steps, sample
     assert meta["data_digest"] == result.digest and meta["training_config"]["mixture"]["name"] == "all-dv"
 
 
-def test_an_in_process_run_leaves_no_rank_variables_behind(fifty_steps):
+def test_an_in_process_run_leaves_no_rank_variables_behind(thirty_steps):
     # a child process started later (a launcher, the CLI) must not inherit a port this process holds
     assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"} & set(os.environ)
 
 
-def test_compiled_ops_are_cached_inside_the_project(fifty_steps):
+def test_compiled_ops_are_cached_inside_the_project(thirty_steps):
     root = Path(__file__).resolve().parents[2]
     cache = Path(os.environ["TORCH_EXTENSIONS_DIR"])
     assert cache.is_relative_to(root) and any(cache.rglob("*shm_comm*"))

@@ -36,3 +36,24 @@ def test_previous_seed_map_reads_the_parquet_map_and_an_older_inline_one(tmp_pat
     assert store.previous_seed_map(old).to_pydict() == {"query_id": ["q1", "q2"], "seed_key": ["k1", "k2"]}
     name = store.write_seed_map(pa.table({"query_id": ["q3"], "seed_key": ["k3"]}, schema=SEED_MAP))
     assert store.previous_seed_map({"seed_map": name}).to_pydict() == {"query_id": ["q3"], "seed_key": ["k3"]}
+
+
+def tables(store: RecordStore) -> list:
+    return [store.read_shard(f"{store.out}/records/{name}") for name in store.shard_names()]
+
+
+def test_shard_writer_publishes_full_shards_as_rows_arrive_and_the_rest_on_close(tmp_path):
+    from tasks.record_store import ShardWriter
+
+    store = RecordStore(str(tmp_path))
+    shards = ShardWriter(store, rows=3)
+    shards.add([rec("a"), rec("b")])
+    assert store.shard_names() == []  # a batch smaller than a shard waits
+    shards.add([rec(k) for k in "cdefgh"])
+    assert sorted(t.num_rows for t in tables(store)) == [3, 3]
+    shards.close()
+    sizes = sorted(t.num_rows for t in tables(store))
+    keys = sorted(k for t in tables(store) for k in t.column("cache_key").to_pylist())
+    assert sizes == [2, 3, 3] and keys == list("abcdefgh")
+    shards.close()  # nothing left: no empty shard
+    assert len(store.shard_names()) == 3
