@@ -22,9 +22,7 @@ import pytest
 
 from dualview_core import samples
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig, SynthesisConfig
-from tasks.llm_models import resolve_llm
 from tasks.synthesis import run_synthesis
-from tests.integration.conftest import free_port, wait_for_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -97,35 +95,8 @@ def test_a_row_the_engine_fails_on_is_a_complete_final_record(tmp_path, monkeypa
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """vLLM's OpenAI-compatible server on 127.0.0.1, serving the packaged SmolLM2."""
-    model = resolve_llm("smollm2", MODEL_CACHE)
-    port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", "smollm2",
-           "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port)]
-    env = os.environ | {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}  # every core for the engine: ~1.4x its speed here
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    try:
-        wait_for_port(port, proc, timeout=300)
-        _wait_healthy(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-
-
-def _wait_healthy(port: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError("vLLM server never became healthy")
+def server(vllm_server):
+    return vllm_server
 
 
 def served_requests(server: str) -> float:
