@@ -120,9 +120,21 @@ import json, time
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.deployments import run_deployment
+from prefect.client.schemas.sorting import LogSort
 run = run_deployment({name!r}, parameters=json.loads({json.dumps(parameters)!r}), timeout=1500, poll_interval=3)
+# the flow-run process ships its logs in the background: its state can be final before its last lines
+# are stored, so wait for the run's closing line
+deadline = time.monotonic() + 120
 with get_client(sync_client=True) as c:
-    logs = c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+    while True:
+        logs, page = [], None
+        while page is None or len(page) == 200:  # the API's page size
+            page = c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])), limit=200,
+                               offset=len(logs), sort=LogSort.TIMESTAMP_ASC)
+            logs += page
+        if any(l.task_run_id is None and l.message.startswith("Finished in state") for l in logs) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
 print(json.dumps({{"state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs]}}))
 """))
 

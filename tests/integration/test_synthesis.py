@@ -143,13 +143,15 @@ def test_openai_engine_and_incremental_cost(server, tmp_path):
 
 def synthesize_cli(server: str, out: Path, limit: int) -> list[str]:
     return [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", samples.seeds_path(), "--out", str(out),
-            "--engine", "openai", "--base-url", f"{server}/v1", "--model", "smollm2", "--concurrency", "4",
+            "--engine", "openai", "--base-url", f"{server}/v1", "--model", "smollm2", "--concurrency", "1",
             "--limit", str(limit), "--shard-rows", "2"]
 
 
 def test_sigkill_then_resume_equals_an_uninterrupted_run(server, tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    total = 8  # two engine batches of 4, published in shards of 2: killed after the first shard
+    # batches of one row, a few in flight, published in shards of 2: killed after the first shard, with
+    # rows still to answer (the server answers one wave of in-flight rows at a time)
+    total = 8
     subprocess.run(synthesize_cli(server, whole, total), check=True, capture_output=True, timeout=600)
     proc = subprocess.Popen(synthesize_cli(server, killed, total), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
