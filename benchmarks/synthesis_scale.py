@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULT = "BENCH-RESULT "
 ANSWER = "<answer><new_instruction>Only documents that discuss the topic in a formal register.</new_instruction></answer>"
+BATCH_ROWS = 1024  # answers handed back at a time, like one engine batch
 SOURCE_PER_ROW = 2.3  # about 45% of generated rows are eligible synthesis seeds
 
 
@@ -38,12 +39,12 @@ class InstantEngine:
 
     model_id = "instant"
 
-    def answers(self, rows, batch_rows):
+    def answers(self, rows):
         out = []
         for row in rows:
             out.append({"cache_key": row["cache_key"], "raw_response": ANSWER, "prompt_tokens": 900,
                         "completion_tokens": 20, "latency_s": 0.0, "attempts": 1, "error": None})
-            if len(out) == batch_rows:
+            if len(out) == BATCH_ROWS:
                 yield out
                 out = []
         if out:

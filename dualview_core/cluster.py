@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dualview_core.config import ClusterConfig, PipelineConfig, SeedSource
+from dualview_core.config import ClusterConfig, PipelineConfig, RayJobConfig, SeedSource
 
 # image name -> what it runs (docker/<name>/Dockerfile builds it)
 IMAGES = {
@@ -73,12 +73,12 @@ MLFLOW_ARTIFACTS = "mlflow-artifacts:/dualview"  # proxied by the server to its 
 
 def pipeline_config(cfg: ClusterConfig, seeds: str, eval_set: str, workdir: str) -> PipelineConfig:
     """The `pipeline` flow's parameters on the cluster: the cluster's synthesis (joined over
-    `ray_address`) and training profiles, one DeepSpeed rank per trainer GPU, the MLflow server, and
-    artifacts through it (a local artifact path would land on the pod's disk). Client mode only:
-    a flow run cannot yet submit synthesis as a Ray job."""
-    if cfg.ray_mode != "client":
-        raise ValueError("ray_mode 'job': flows join Ray as clients only; submit synthesis with `ray job submit`")
-    synthesis = cfg.synthesis.model_copy(update={"ray_address": ray_address(cfg)})
+    `ray_address` in client mode, submitted to it as a Ray Job in job mode) and training profiles, one
+    DeepSpeed rank per trainer GPU, the MLflow server, and artifacts through it (a local artifact path
+    would land on the pod's disk)."""
+    reach = ({"ray_address": ray_address(cfg)} if cfg.ray_mode == "client"
+             else {"ray_job": RayJobConfig(address=ray_address(cfg)), "ray_address": None})
+    synthesis = cfg.synthesis.model_copy(update=reach)
     return PipelineConfig(seeds=SeedSource(path=seeds), eval_set=SeedSource(path=eval_set), workdir=workdir,
                           synthesis=synthesis, training=cfg.training, train_processes=cfg.trainer_gpus,
                           tracking_uri=mlflow_tracking_uri(cfg), artifact_location=MLFLOW_ARTIFACTS)

@@ -182,6 +182,20 @@ class ReferenceEngineConfig(_Config):
     )
 
 
+class RayJobConfig(_Config):
+    """Synthesis submitted as a Ray Job: the driver runs on the cluster (its head, by Ray's default),
+    and the Prefect task only submits it, follows its status and log, and reads the summary the run
+    wrote under `out`. A submitting pod that goes away loses nothing; the job runs on."""
+
+    address: str = Field(
+        description="The cluster's job API (the dashboard), e.g. http://dualview-head-svc.dualview.svc.cluster.local:8265.",
+    )
+    poll_s: float = Field(2.0, gt=0, description="Seconds between two looks at the job's status and log.")
+    tail_lines: int = Field(
+        40, gt=0, description="Log lines quoted in the error when the job fails (the traceback's end is there).",
+    )
+
+
 class SynthesisConfig(_Config):
     """Polarity-reversal synthesis: which engine, how to decode, what to accept."""
 
@@ -228,6 +242,11 @@ class SynthesisConfig(_Config):
         1024, gt=0, description="Rows per output shard. Smaller shards lose less work to a crash; more files."
     )
     ray_address: str | None = Field(None, description="Ray cluster address; None starts a local Ray.")
+    ray_job: RayJobConfig | None = Field(
+        None, description="Submit the run as a Ray Job to this cluster instead of driving it from this process; "
+        "the job's driver joins the cluster it runs in (leave ray_address unset). Prefect flows only; the CLI "
+        "is always its own driver.",
+    )
     model_cache_dir: str = Field(".cache/models", description="Where packaged models are converted and cached.")
 
     @classmethod
@@ -241,6 +260,13 @@ class SynthesisConfig(_Config):
             ),
             sampling=SamplingConfig(),
         )
+
+    @model_validator(mode="after")
+    def _one_driver(self) -> SynthesisConfig:
+        if self.ray_job is not None and self.ray_address is not None:
+            raise ValueError("ray_job runs the driver inside the cluster, which it joins by itself: leave ray_address "
+                             f"unset (got {self.ray_address!r})")
+        return self
 
     @model_validator(mode="after")
     def _reference_needs_no_verifier(self) -> SynthesisConfig:

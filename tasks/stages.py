@@ -54,11 +54,15 @@ def _hold_slot(name: str):
 
 @task(name="synthesize seeds", task_run_name="synthesize {seeds.path}", cache_policy=NO_CACHE)
 def synthesize_seeds(seeds: SeedSource, out: str, config: SynthesisConfig, out_options: dict | None = None) -> dict:
-    """Not retried: a failed run resumes from its published shards when run again."""
+    """Not retried: a failed run resumes from its published shards when run again. With
+    `config.ray_job` the run is a Ray Job whose log lines become this task's log."""
+    from tasks.ray_job import run_as_job
     from tasks.synthesis import run_synthesis
 
     logger = get_run_logger()
     with _hold_slot(synthesis_slot(out)):
+        if config.ray_job:  # the driver runs on the cluster; this task submits it and follows its log
+            return run_as_job(seeds.path, dict(seeds.storage_options), out, out_options, config, progress=logger.info)
         return run_synthesis(seeds.path, out, config, dict(seeds.storage_options), progress=logger.info,
                              out_storage_options=out_options)
 

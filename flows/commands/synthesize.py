@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
-from flows.commands import EXIT_OK, add_endpoint_flag, print_json, storage_options
+from dualview_core.ray_job import read_spec
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
 
 
 def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
@@ -34,17 +35,29 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
     from flows.commands.train import stdout_to_stderr
 
-    cfg = config_from_args(args)
+    if args.spec:  # a submitted Ray job (dualview_core/ray_job.py): the whole run in one argument
+        seeds, seed_options, out, out_options, cfg = read_spec(args.spec)
+    elif args.seeds and args.out:
+        seeds, seed_options, out, out_options, cfg = args.seeds, storage_options(args), args.out, None, config_from_args(args)
+    else:
+        print("dualview synthesize: give --seeds and --out (or --spec)", file=sys.stderr)
+        return EXIT_UNUSABLE
     with stdout_to_stderr():  # libraries loaded on the way (tokenizers, DeepSpeed's probe) print to stdout
-        summary = run_synthesis(args.seeds, args.out, cfg, storage_options(args), progress=lambda m: print(m, file=sys.stderr))
-    print_json(summary)
+        summary = run_synthesis(seeds, out, cfg, seed_options, progress=lambda m: print(m, file=sys.stderr),
+                                out_storage_options=out_options)
+    if args.spec:  # the submitter reads the summary from the run's manifest, not from this log
+        print(f"synthesis: done; the summary is in {out.rstrip('/')}/manifest.json", file=sys.stderr)
+    else:
+        print_json(summary)
     return EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synthesize", help="write complementary instructions for seeds with an instruction negative")
-    p.add_argument("--seeds", required=True, help="seed rows (Parquet/JSONL/folder, local or s3://)")
-    p.add_argument("--out", required=True, help="output folder (local or s3://); re-runs only do what is missing")
+    p.add_argument("--seeds", help="seed rows (Parquet/JSONL/folder, local or s3://)")
+    p.add_argument("--out", help="output folder (local or s3://); re-runs only do what is missing")
+    p.add_argument("--spec", help="the whole run as JSON (seeds, out, options, config) instead of the flags below: "
+                   "what a synthesis submitted as a Ray Job runs (dualview_core/ray_job.py)")
     p.add_argument("--engine", choices=["vllm", "openai"], default="vllm")
     p.add_argument("--base-url", action="append",
                    help="openai engine: endpoint root ending in /v1; repeat it to spread rows over several endpoints")

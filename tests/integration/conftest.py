@@ -44,10 +44,21 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> N
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
+def s3_log(tmp_path_factory) -> Path:
+    """The moto server's log: one line per request it served (see `s3_requests`)."""
+    return Path(tmp_path_factory.mktemp("moto")) / "moto.log"
+
+
+def s3_requests(log: Path) -> int:
+    """Requests the moto server has answered so far, counted from its access log."""
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if '" ' in line and "HTTP/1." in line)
+
+
+@pytest.fixture(scope="session")
+def s3_server(s3_log):
     """moto's S3-compatible server on 127.0.0.1, with throwaway credentials in the environment."""
     port = free_port()
-    log = Path(tmp_path_factory.mktemp("moto")) / "moto.log"
+    log = s3_log
     moto = Path(sys.executable).parent / "moto_server"
     with open(log, "wb") as out:
         proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)

@@ -187,8 +187,10 @@ def test_the_pipeline_parameters_on_the_cluster():
     assert p.train_processes == cluster.job_variables(CFG)["pipeline"]["gpus"] == CFG.trainer_gpus
     assert p.training == CFG.training and p.tracking_uri == cluster.mlflow_tracking_uri(CFG)
     assert p.artifact_location.startswith("mlflow-artifacts:")
-    with pytest.raises(ValueError, match="job"):
-        cluster.pipeline_config(CFG.model_copy(update={"ray_mode": "job"}), "s", "e", "w")
+    assert p.synthesis.ray_job is None
+    job = cluster.pipeline_config(CFG.model_copy(update={"ray_mode": "job"}), "s", "e", "w").synthesis
+    assert job.ray_job.address == cluster.ray_address(CFG.model_copy(update={"ray_mode": "job"})) and job.ray_address is None
+    assert job.model_copy(update={"ray_job": None}) == CFG.synthesis  # the same synthesis, submitted instead of driven
 
 
 def _values(node, key: str):
