@@ -14,6 +14,7 @@
 
 Run:  nice -n 19 python benchmarks/synthesis_overhead.py [--rows 5000 --latency-ms 50 --concurrency 64 256 --actors 1]
       python benchmarks/synthesis_overhead.py --skip-vllm     # (a) only
+      python benchmarks/synthesis_overhead.py --skip-openai --vllm-rows 64 --vllm-batching 8 2   # (b), two batchings
 (b) runs in subprocesses so each side starts its own engine: `--only vllm-pipeline|vllm-direct`.
 """
 
@@ -206,10 +207,12 @@ def bench_openai(args, folder: Path) -> list[dict]:
         server.wait()
 
 
-def bench_vllm_side(which: str, rows: int, folder: Path) -> dict:
+def bench_vllm_side(which: str, rows: int, folder: Path, batching: tuple[int, int] | None = None) -> dict:
     from dualview_core.config import SynthesisConfig
 
     cfg = SynthesisConfig(limit=rows, shard_rows=16, model_cache_dir=str(Path(__file__).resolve().parents[1] / ".cache/models"))
+    if batching:  # (batch_size, max_concurrent_batches) instead of the CPU profile's
+        cfg = cfg.model_copy(update={"vllm": cfg.vllm.model_copy(update=dict(zip(("batch_size", "max_concurrent_batches"), batching)))})
     from dualview_core import samples
 
     if which == "vllm-pipeline":
@@ -218,7 +221,7 @@ def bench_vllm_side(which: str, rows: int, folder: Path) -> dict:
 
         resolve_llm(cfg.vllm.model, cfg.model_cache_dir)
         start = time.perf_counter()
-        summary = run_synthesis(samples.seeds_path(), str(folder / "out-vllm"), cfg, progress=lambda m: None)
+        summary = run_synthesis(samples.seeds_path(), str(folder / f"out-vllm-{batching}"), cfg, progress=lambda m: None)
         total = time.perf_counter() - start
         cost = summary["cost"]
         return {"total_s": total, "rows": cost["engine_rows"], "first_answers_s": cost["first_answers_s"],
@@ -228,9 +231,11 @@ def bench_vllm_side(which: str, rows: int, folder: Path) -> dict:
     from tasks.llm_models import resolve_llm
 
     v, s = cfg.vllm, cfg.sampling
+    os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"  # as the pipeline's engine does: every core for vLLM
     start = time.perf_counter()
     llm = LLM(model=resolve_llm(v.model, cfg.model_cache_dir), dtype=v.dtype, enforce_eager=v.enforce_eager,
-              max_model_len=v.max_model_len, enable_prefix_caching=v.enable_prefix_caching)
+              max_model_len=v.max_model_len, enable_prefix_caching=v.enable_prefix_caching,
+              **({"max_num_seqs": v.max_num_seqs} if v.max_num_seqs else {}))
     startup = time.perf_counter() - start
     conversations = rendered(samples.seeds_path(), cfg)
     params = SamplingParams(**s.engine_params())
@@ -239,8 +244,9 @@ def bench_vllm_side(which: str, rows: int, folder: Path) -> dict:
     return {"startup_s": startup, "generate_s": time.perf_counter() - start, "rows": len(conversations)}
 
 
-def run_side(which: str, rows: int, folder: Path) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--only", which, "--vllm-rows", str(rows), "--workdir", str(folder)],
+def run_side(which: str, rows: int, folder: Path, batching: tuple[int, int] | None = None) -> dict:
+    extra = ["--vllm-batching", *map(str, batching)] if batching else []
+    out = subprocess.run([sys.executable, __file__, "--only", which, "--vllm-rows", str(rows), "--workdir", str(folder), *extra],
                          capture_output=True, text=True, check=True)
     # engines log to stdout too: the result is the line with the marker
     return json.loads(next(line for line in out.stdout.splitlines() if line.startswith(RESULT))[len(RESULT):])
@@ -278,6 +284,9 @@ def main() -> None:
     parser.add_argument("--skip-httpx", action="store_true", help="leave out the bare httpx loop (slow)")
     parser.add_argument("--vllm-rows", type=int, default=32)
     parser.add_argument("--skip-vllm", action="store_true")
+    parser.add_argument("--skip-openai", action="store_true", help="(b) only")
+    parser.add_argument("--vllm-batching", type=int, nargs=2, action="append", metavar=("BATCH", "IN_FLIGHT"),
+                        help="(b): also run the pipeline with this batch_size and max_concurrent_batches (repeatable)")
     parser.add_argument("--only", choices=["vllm-pipeline", "vllm-direct"])
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the fixed-latency server
     parser.add_argument("--workdir")
@@ -287,20 +296,26 @@ def main() -> None:
         return
     folder = Path(args.workdir or tempfile.mkdtemp(prefix="synbench-"))
     if args.only:
-        print(RESULT + json.dumps(bench_vllm_side(args.only, args.vllm_rows, folder)), flush=True)
+        batching = tuple(args.vllm_batching[0]) if args.vllm_batching else None
+        print(RESULT + json.dumps(bench_vllm_side(args.only, args.vllm_rows, folder, batching)), flush=True)
         return
-    print_openai(bench_openai(args, folder), args)
+    if not args.skip_openai:
+        print_openai(bench_openai(args, folder), args)
     if args.skip_vllm:
         return
-    pipe, direct = run_side("vllm-pipeline", args.vllm_rows, folder), run_side("vllm-direct", args.vllm_rows, folder)
-    print(f"(b) vllm engine (CPU, SmolLM2), {direct['rows']} rows")
-    print(f"    dualview pipeline: {pipe['total_s']:.1f} s end to end, Ray and engine start-up included"
-          f" ({pipe['rows'] / pipe['total_s']:.2f} rows/s); first answers after {pipe['first_answers_s']:.1f} s,"
-          f" then {pipe['steady_rows_per_s'] or float('nan'):.2f} rows/s")
-    print(f"    vllm.LLM.chat    : start-up {direct['startup_s']:.1f} s + generation {direct['generate_s']:.1f} s"
+    direct = run_side("vllm-direct", args.vllm_rows, folder)
+    print(f"(b) vllm engine (CPU, SmolLM2), {direct['rows']} rows; load average {os.getloadavg()[0]:.2f}")
+    print(f"    vllm.LLM.chat: start-up {direct['startup_s']:.1f} s + generation {direct['generate_s']:.1f} s"
           f" ({direct['rows'] / direct['generate_s']:.2f} rows/s generating; "
           f"{direct['rows'] / (direct['startup_s'] + direct['generate_s']):.2f} rows/s with start-up)")
-    print(f"    end-to-end ratio pipeline / direct: {(direct['startup_s'] + direct['generate_s']) / pipe['total_s']:.3f}")
+    for batching in [None, *map(tuple, args.vllm_batching or [])]:
+        pipe = run_side("vllm-pipeline", args.vllm_rows, folder, batching)
+        steady = pipe["steady_rows_per_s"] or float("nan")
+        print(f"    pipeline, batch x in flight {batching or 'of the CPU profile'}: {pipe['total_s']:.1f} s end to end,"
+              f" Ray and engine start-up included ({pipe['rows'] / pipe['total_s']:.2f} rows/s); first answers after"
+              f" {pipe['first_answers_s']:.1f} s, then {steady:.2f} rows/s;"
+              f" steady / direct generating {steady / (direct['rows'] / direct['generate_s']):.3f},"
+              f" end to end / direct with start-up {(direct['startup_s'] + direct['generate_s']) / pipe['total_s']:.3f}")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,11 @@ class ValidationConfig(_Config):
         4_000, gt=0, description="Queries (without instruction) longer than this are quarantined."
     )
     batch_rows: int = Field(
-        8_192,
+        2_048,
         gt=0,
-        description="Rows per streamed batch. Larger batches are a little faster and use more "
-        "memory; peak memory stays bounded either way.",
+        description="Rows per streamed batch; a batch is held as Python objects while it is checked. "
+        "Synthesis of 100k realistic rows (~6.6k characters of passages each) peaks at 475 MB with 2,048 "
+        "and 697 MB with 8,192, in the same time.",
     )
 
 
@@ -109,8 +110,20 @@ class VLLMEngineConfig(_Config):
     )
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica; 4 for the 80B model in BF16 on 80 GB GPUs.")
     replicas: int = Field(1, ge=1, description="Engine replicas (data parallel). Each takes tensor_parallel_size GPUs.")
-    batch_size: int = Field(8, gt=0, description="Rows per engine batch. Small batches + several in flight keep the engine fed.")
-    max_concurrent_batches: int = Field(2, gt=0, description="Batches in flight per replica.")
+    batch_size: int = Field(
+        8, gt=0, description="Rows per engine batch. Small, so that one long answer holds up few others: a batch "
+        "goes back to Ray Data only when its last row is done. (On 2 CPU cores 8 x 2 and 4 x 4 answer at the same "
+        "rate: 2.00 and 1.92 rows/s in steady state, benchmarks/synthesis_overhead.py.)",
+    )
+    max_concurrent_batches: int = Field(
+        2, gt=0, description="Batches in flight per replica. batch_size x this is what the engine can decode at "
+        "once; it must reach max_num_seqs, or the engine waits for rows while it has room.",
+    )
+    max_num_seqs: int | None = Field(
+        16, gt=0, description="Sequences vLLM decodes together (its own default: None). CPU profile: 16; a 1 GiB KV cache "
+        "holds 23k tokens of the packaged model, ~19 rows of ~1.2k tokens. Production: 512, ~0.1 GiB each of the "
+        "~139 GiB a TP-4 replica has left for caches.",
+    )
     dtype: str = Field("float32", description="float32 on CPU (bfloat16 flips greedy answers of tiny models); bfloat16 on GPU.")
     enforce_eager: bool = Field(True, description="No CUDA graphs / compilation: required on CPU, slower on GPU.")
     max_model_len: int = Field(2048, gt=0, description="Prompt + answer tokens. The prompt with 3 passages is ~1.2k tokens.")
@@ -124,6 +137,16 @@ class VLLMEngineConfig(_Config):
         "(on 2 cores, whole-CPU stages deadlock), vLLM tokenizing in the engine and using every core.",
     )
     kv_cache_gib: int = Field(1, gt=0, description="CPU only: KV-cache budget (VLLM_CPU_KVCACHE_SPACE).")
+
+    @model_validator(mode="after")
+    def _engine_can_be_fed(self) -> VLLMEngineConfig:
+        """Ray's guidance for its vLLM stage: small batches, enough of them in flight to fill the engine."""
+        in_flight = self.batch_size * self.max_concurrent_batches
+        if self.max_num_seqs is not None and in_flight < self.max_num_seqs:
+            raise ValueError(f"vllm: batch_size {self.batch_size} x max_concurrent_batches {self.max_concurrent_batches} "
+                             f"= {in_flight} rows in flight, but the engine decodes up to max_num_seqs {self.max_num_seqs} "
+                             f"at once: raise max_concurrent_batches to {-(-self.max_num_seqs // self.batch_size)}")
+        return self
 
 
 class OpenAIEngineConfig(_Config):
@@ -255,7 +278,7 @@ class SynthesisConfig(_Config):
         return cls(
             vllm=VLLMEngineConfig(
                 model="Qwen/Qwen3-Next-80B-A3B-Instruct", tensor_parallel_size=4, batch_size=16,
-                max_concurrent_batches=4, dtype="bfloat16", enforce_eager=False, max_model_len=8192,
+                max_concurrent_batches=32, max_num_seqs=512, dtype="bfloat16", enforce_eager=False, max_model_len=8192,
                 enable_prefix_caching=False, cpu=False,
             ),
             sampling=SamplingConfig(),

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from dualview_core.config import ValidationConfig
 from dualview_core.contracts import SEED_ROW, Reason, Rejected
+from dualview_core.id_set import IdSet
 from dualview_core.keys import canonical_json, seed_key
 from dualview_core.sources import RawRow
 
@@ -179,7 +180,7 @@ class SeedValidator:
     def __init__(self, cfg: ValidationConfig | None = None):
         self.cfg = cfg or ValidationConfig()
         self.report = ValidationReport()
-        self._seen: set[tuple[str, bool]] = set()
+        self._seen = IdSet()  # every valid row's identity, compactly: millions of rows pass through
 
     def check(self, raw: RawRow) -> dict | Rejected:
         self.report.rows += 1
@@ -187,7 +188,7 @@ class SeedValidator:
             if raw.problem:
                 raise Invalid(*raw.problem)
             row = normalize(raw.value, self.cfg)
-            identity = (row["query_id"], row["has_instruction"])
+            identity = f"{row['query_id']}\x1f{int(row['has_instruction'])}"
             if identity in self._seen:
                 raise Invalid(Reason.DUPLICATE_ID, f"query_id {row['query_id']} repeats (has_instruction={row['has_instruction']})")
         except Invalid as bad:

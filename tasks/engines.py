@@ -190,6 +190,8 @@ class VLLMEngine(_RayDataEngine):
         v = self.cfg.vllm
         engine_kwargs = {"dtype": v.dtype, "enforce_eager": v.enforce_eager, "max_model_len": v.max_model_len,
                          "enable_prefix_caching": v.enable_prefix_caching, "tensor_parallel_size": v.tensor_parallel_size}
+        if v.max_num_seqs is not None:
+            engine_kwargs["max_num_seqs"] = v.max_num_seqs
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         extra: dict = {}
         if v.cpu:

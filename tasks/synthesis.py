@@ -39,8 +39,16 @@ from dualview_core.parsing import Rejection, judge
 from dualview_core.prompting import default_template, prompt_version, render
 from dualview_core.seeds import select_synthesis_seeds
 from dualview_core.sources import source_fingerprint
-from dualview_core.synthesis import (CostSummary, EngineResult, WorkItem, cache_key, prompt_too_long, record,
-                                     seed_fields, targets)
+from dualview_core.synthesis import (
+    CostSummary,
+    EngineResult,
+    WorkItem,
+    cache_key,
+    prompt_too_long,
+    record,
+    seed_fields,
+    targets,
+)
 from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
 from tasks.progress import duration
 from tasks.record_store import RecordStore, ShardWriter
@@ -170,9 +178,9 @@ class _Staged:
 
     folder: str
     validation: dict = field(default_factory=dict)
-    paths: list[str] = field(default_factory=list)
-    info: list[pa.Table] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # engine input and each row's info (INFO, TARGET columns)
     too_long: list[dict] = field(default_factory=list)  # results for rows rejected before the engine
+    too_long_info: list[dict] = field(default_factory=list)  # and their info (few: held here)
     seed_maps: list[pa.Table] = field(default_factory=list)
     pending: int = 0
     cached: int = 0
@@ -239,19 +247,13 @@ def _stage(seeds_path: str, storage_options, store: RecordStore, out_options, as
         rows_needed = sorted({row for row, _, _ in todo})  # only these become Python objects
         seeds_by_row = dict(zip(rows_needed, batch.take(pa.array(rows_needed)).to_pylist()))
         pending = [WorkItem(seeds_by_row[row], t, k) for row, t, k in todo]
-        info = []
-        for item in pending:
-            row = {"cache_key": item.cache_key, "seed_key": item.seed["seed_key"], "target_index": item.target_index,
-                   "query_id": item.seed["query_id"], "query": item.seed["query"], "instruction": item.seed["instruction"]}
-            if geometry:
-                target = item.seed["instruction_negatives"][item.target_index]
-                row |= {"target_title": target["title"], "target_text": target["text"]}
-            info.append(row)
-        staged.info.append(pa.Table.from_pylist(info))
-        rows = [{"cache_key": i.cache_key, "messages": render(i.seed, i.target_index, ask.template), **engine_fields(i)}
+        rows = [{**_info(i, geometry), "messages": render(i.seed, i.target_index, ask.template), **engine_fields(i)}
                 for i in pending]
         rows, too_long = _fit(rows, ask.cfg, model)
-        staged.too_long += too_long
+        if too_long:
+            rejected = {r["cache_key"] for r in too_long}
+            staged.too_long += too_long
+            staged.too_long_info += [_info(i, geometry) for i in pending if i.cache_key in rejected]
         buffer += rows
         if len(buffer) >= STAGE_ROWS:
             staged.stage(buffer)
@@ -262,24 +264,61 @@ def _stage(seeds_path: str, storage_options, store: RecordStore, out_options, as
     return staged
 
 
-class _PendingInfo:
-    """What a record of each pending row needs, by cache key (Arrow columns, a sorted key index)."""
+def _info(item: WorkItem, geometry: bool) -> dict:
+    """What the record of a pending row needs besides the answer (INFO, and TARGET for the geometry filter)."""
+    row = {"cache_key": item.cache_key, "seed_key": item.seed["seed_key"], "target_index": item.target_index,
+           "query_id": item.seed["query_id"], "query": item.seed["query"], "instruction": item.seed["instruction"]}
+    if geometry:
+        target = item.seed["instruction_negatives"][item.target_index]
+        row |= {"target_title": target["title"], "target_text": target["text"]}
+    return row
 
-    def __init__(self, tables: list[pa.Table]):
-        self.table = pa.concat_tables(tables) if tables else pa.table({k: pa.array([], pa.string()) for k in INFO})
-        keys = self.table["cache_key"].to_numpy(zero_copy_only=False).astype("S")
-        self.index = KeyIndex(keys, np.arange(len(keys), dtype=np.int64))
-        self.answered = np.zeros(len(keys), dtype=bool)
+
+class _PendingInfo:
+    """What a record of each pending row needs, by cache key. Only a sorted index of the keys is held
+    (~40 bytes a row); the info itself is read back from the staged files as answers arrive, a file
+    at a time (answers come back roughly in file order), and from memory for the few rows rejected
+    before the engine."""
+
+    def __init__(self, paths: list[str], held: list[dict], geometry: bool):
+        self.tables = [*paths, pa.Table.from_pylist(held)] if held else list(paths)
+        self.columns = list(INFO + TARGET) if geometry else list(INFO)
+        keys = [self._table(i, ["cache_key"])["cache_key"].to_numpy(zero_copy_only=False).astype("S")
+                for i in range(len(self.tables))]
+        sizes = np.array([len(k) for k in keys], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        flat = np.concatenate(keys) if keys else np.array([], dtype="S1")
+        self.index = KeyIndex(flat, np.arange(len(flat), dtype=np.int64))
+        self.answered = np.zeros(len(flat), dtype=bool)
+        self._loaded: tuple[int, pa.Table] | None = None
+
+    def _table(self, i: int, columns: list[str]) -> pa.Table:
+        source = self.tables[i]
+        return source.select(columns) if isinstance(source, pa.Table) else pq.read_table(source, columns=columns)
+
+    def _rows(self, i: int) -> pa.Table:
+        if self._loaded is None or self._loaded[0] != i:
+            self._loaded = (i, self._table(i, self.columns))
+        return self._loaded[1]
 
     def take(self, keys: list[str]) -> list[dict]:
         at = self.index.lookup(keys)
         if (at < 0).any():
             raise RuntimeError(f"the engine answered a row that was not sent: {keys[int(np.argmax(at < 0))]}")
         self.answered[at] = True
-        return self.table.take(pa.array(at)).to_pylist()
+        files = np.searchsorted(self.starts, at, side="right") - 1
+        out: list[dict | None] = [None] * len(keys)
+        for i in np.unique(files):  # the file the last batch came from is usually the one loaded
+            where = np.flatnonzero(files == i)
+            for j, row in zip(where, self._rows(int(i)).take(pa.array(at[where] - self.starts[i])).to_pylist()):
+                out[j] = row
+        return out
 
     def unanswered(self) -> list[str]:
-        return self.table["cache_key"].take(pa.array(np.flatnonzero(~self.answered))).to_pylist()
+        missing = np.flatnonzero(~self.answered)
+        files = np.searchsorted(self.starts, missing, side="right") - 1
+        return [k for i in np.unique(files) for k in
+                self._table(int(i), ["cache_key"])["cache_key"].take(pa.array(missing[files == i] - self.starts[i])).to_pylist()]
 
 
 def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostSummary, progress: Progress,
@@ -290,8 +329,7 @@ def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostS
     from tasks.progress import Meter, waiting
 
     cfg = ask.cfg
-    info = _PendingInfo(staged.info)
-    staged.info = []
+    info = _PendingInfo(staged.paths, staged.too_long_info, cfg.geometry_filter)
     meter = Meter("synthesis", staged.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
     geometry = _geometry(cfg)
     shards = ShardWriter(store, cfg.shard_rows)

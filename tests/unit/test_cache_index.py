@@ -60,3 +60,16 @@ def test_seed_diff_counts_new_changed_removed_unchanged():
 def test_seed_diff_keeps_the_last_row_of_a_repeated_query_id_as_a_dict_would():
     now = pa.table({"query_id": ["q1", "q1"], "seed_key": ["old", "k1"]}, schema=SEED_MAP)
     assert seed_diff(seeds({"q1": "k1"}), now) == {"new": 0, "changed": 0, "removed": 0, "unchanged": 1}
+
+
+def test_fixed_width_keys_are_read_from_arrow_as_python_would_convert_them():
+    import numpy as np
+    import pyarrow as pa
+
+    from dualview_core.cache_index import _fixed_width
+
+    same = pa.array([f"{i:032x}" for i in range(1000)])
+    for keys in (same, same.slice(7, 500), pa.array(["ab", "c", "def"]), pa.array([], pa.string())):
+        expected = keys.to_numpy(zero_copy_only=False).astype(f"S{max([len(k) for k in keys.to_pylist()] or [1])}")
+        got = _fixed_width(keys)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
