@@ -67,17 +67,9 @@ def build_index(columns: Iterable[pa.Table], max_error_runs: int) -> KeyIndex:
 
 
 def _fixed_width(keys: pa.Array) -> np.ndarray:
-    """Keys as a NumPy fixed-width bytes array. Cache keys all have one length: then the array is
-    read straight from Arrow's buffer, with no Python string per key (a million keys: 32 MB, not ~120)."""
-    keys = keys.cast(pa.large_string()) if keys.type != pa.large_string() else keys
-    lengths = pc.binary_length(keys) if len(keys) else pa.array([], pa.int64())
-    shortest, longest = (pc.min(lengths).as_py(), pc.max(lengths).as_py()) if len(keys) else (1, 1)
-    if len(keys) and keys.null_count == 0 and shortest == longest and longest > 0:
-        offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64, count=len(keys) + 1, offset=keys.offset * 8)
-        data = keys.buffers()[2]
-        return np.frombuffer(data, dtype=f"S{longest}", count=len(keys), offset=int(offsets[0])).copy()
     values = keys.to_numpy(zero_copy_only=False)
-    return values.astype(f"S{max(longest or 1, 1)}")
+    width = max((len(k) for k in values), default=1)
+    return values.astype(f"S{max(width, 1)}")
 
 
 def seed_diff(previous: pa.Table, current: pa.Table) -> dict[str, int]:

@@ -7,7 +7,7 @@ bytes would strip.
 
     >>> seen = IdSet(fold_at=2)
     >>> for name in ("a", "b", "c"):
-    ...     seen.add(name)
+    ...     _ = seen.add(name)
     >>> ("a" in seen, "c" in seen, "d" in seen, len(seen))
     (True, True, False, 3)
 """
@@ -43,13 +43,15 @@ class IdSet:
         at = int(np.searchsorted(self._old, d))
         return at < len(self._old) and self._old[at] == d
 
-    def add(self, identity: str) -> None:
+    def add(self, identity: str) -> bool:
+        """Add `identity`; False if it was already a member (one digest for the check and the add)."""
         d = _digest(identity)
         if self._has(d):
-            return
+            return False
         self._new.add(d)
         if len(self._new) >= self.fold_at:
             self._fold()
+        return True
 
     def _fold(self) -> None:
         new = np.array(sorted(self._new), dtype=self._old.dtype)

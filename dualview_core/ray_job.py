@@ -8,7 +8,7 @@ an IAM role), as its workers do. Pure: no Ray, no Prefect.
     >>> spec = job_spec("s3://b/seeds/", {}, "s3://b/out/", None, SynthesisConfig(engine="openai"))
     >>> entrypoint(spec).split()[:3]
     ['dualview', 'synthesize', '--spec']
-    >>> read_spec(entrypoint_spec(entrypoint(spec)))[0]
+    >>> read_spec(shlex.split(entrypoint(spec))[3])[0]
     's3://b/seeds/'
 """
 
@@ -19,13 +19,12 @@ import os
 import re
 import shlex
 
-from dualview_core.config import SynthesisConfig
+from dualview_core.config import SynthesisConfig, is_secret_name
 from dualview_core.keys import digest
 from dualview_core.sources import is_remote
 
 SUCCEEDED, TERMINAL = "SUCCEEDED", frozenset({"SUCCEEDED", "FAILED", "STOPPED"})  # Ray's JobStatus values
 ANSI_STYLE = re.compile(r"\x1b\[[0-9;]*m")
-SECRET_WORDS = ("key", "secret", "token", "password", "credential")  # s3fs: key, secret, token, aws_*_key_id
 
 
 def credential_fields(options: dict | None, where: str = "") -> list[str]:
@@ -39,7 +38,7 @@ def credential_fields(options: dict | None, where: str = "") -> list[str]:
         dotted = f"{where}{name}"
         if isinstance(value, dict):
             found += credential_fields(value, f"{dotted}.")
-        elif any(word in name.lower() for word in SECRET_WORDS):
+        elif is_secret_name(name):
             found.append(dotted)
     return found
 
@@ -66,11 +65,6 @@ def entrypoint(spec: dict) -> str:
     return "dualview synthesize --spec " + shlex.quote(json.dumps(spec, separators=(",", ":"), sort_keys=True))
 
 
-def entrypoint_spec(command: str) -> str:
-    """The spec's JSON text inside an `entrypoint` command (what the CLI receives as --spec)."""
-    return shlex.split(command)[3]
-
-
 def read_spec(text: str) -> tuple[str, dict, str, dict, SynthesisConfig]:
     """(seeds, seed options, out, out options, config) from a spec's JSON text."""
     spec = json.loads(text)
@@ -86,16 +80,17 @@ def submission_id(out: str, now: float) -> str:
     return f"dualview-synthesis-{digest(out.encode(), size=6)}-{int(now * 1000)}"
 
 
-def new_lines(log: str, seen: int) -> tuple[list[str], int]:
+def new_lines(log: str, seen: int, finished: bool = False) -> tuple[list[str], int]:
     """The complete lines of `log` after character `seen`, and the new `seen`: a line still being
-    written waits for its newline. Terminal colours (Ray paints its own lines) are taken out.
+    written waits for its newline, unless the log is `finished`. Terminal colours (Ray paints its own
+    lines) are taken out.
 
         >>> new_lines("a\\nb\\npart", 0)
         (['a', 'b'], 4)
         >>> new_lines("a\\nb\\npartial\\n", 4)
         (['partial'], 12)
     """
-    end = log.rfind("\n") + 1
+    end = len(log) if finished else log.rfind("\n") + 1
     if end <= seen:
         return [], seen
     return [ANSI_STYLE.sub("", line) for line in log[seen:end].splitlines()], end

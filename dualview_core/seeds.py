@@ -189,14 +189,13 @@ class SeedValidator:
                 raise Invalid(*raw.problem)
             row = normalize(raw.value, self.cfg)
             identity = f"{row['query_id']}\x1f{int(row['has_instruction'])}"
-            if identity in self._seen:
+            if not self._seen.add(identity):  # remembered here: nothing after this rejects the row
                 raise Invalid(Reason.DUPLICATE_ID, f"query_id {row['query_id']} repeats (has_instruction={row['has_instruction']})")
         except Invalid as bad:
             self.report.quarantined += 1
             self.report.by_reason[bad.reason.value] += 1
             query_id = raw.value.get("query_id") if isinstance(raw.value, Mapping) else None
             return Rejected(raw.index, None if query_id is None else str(query_id), bad.reason, bad.detail, _raw_json(raw.value))
-        self._seen.add(identity)
         self.report.valid += 1
         if row["has_instruction"]:
             self.report.instruct += 1

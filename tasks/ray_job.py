@@ -39,8 +39,7 @@ def run_as_job(seeds: str, seed_options: dict | None, out: str, out_options: dic
         while True:
             status = client.get_job_status(job_id).value  # read before the log: a finished job's log is complete
             log = client.get_job_logs(job_id)
-            unfinished_last_line = status in ray_job.TERMINAL and not log.endswith("\n")
-            lines, seen = ray_job.new_lines(log + "\n" if unfinished_last_line else log, seen)
+            lines, seen = ray_job.new_lines(log, seen, finished=status in ray_job.TERMINAL)
             for line in lines:
                 progress(line)
             if status in ray_job.TERMINAL:

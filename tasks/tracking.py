@@ -19,15 +19,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-SECRET_WORDS = ("key", "secret", "token", "password", "credential", "authorization")
+from dualview_core.config import is_secret_name
+
 PUBLIC_STORAGE_OPTIONS = ("endpoint_url",)
 MAX_PARAM_CHARS = 500
 PROJECT = Path(__file__).resolve().parents[1]
-
-
-def _secret(name: str) -> bool:
-    name = name.lower()
-    return any(word in name for word in SECRET_WORDS) and not name.endswith("_env")
 
 
 def flatten(value: object, prefix: str = "") -> dict[str, str]:
@@ -38,7 +34,7 @@ def flatten(value: object, prefix: str = "") -> dict[str, str]:
     if isinstance(value, Mapping):
         for key, item in value.items():
             key = str(key)
-            if _secret(key):
+            if is_secret_name(key):
                 continue
             if key == "storage_options":
                 item = _public_storage_options(item)

@@ -26,7 +26,7 @@ def test_the_spec_carries_the_whole_run_through_the_cli_and_back(tmp_path):
     spec = ray_job.job_spec("seeds.jsonl", {}, "s3://b/out/", {"client_kwargs": {"endpoint_url": "http://s3"}}, CFG)
     argv = shlex.split(ray_job.entrypoint(spec))
     assert argv[:3] == ["dualview", "synthesize", "--spec"] and len(argv) == 4
-    args = build_parser().parse_args(argv[1:])
+    args = build_parser().parse_args(argv[1:])  # what the CLI receives as --spec
     seeds, seed_options, out, out_options, cfg = ray_job.read_spec(args.spec)
     assert seeds == os.path.abspath("seeds.jsonl") and out == "s3://b/out/"  # a local path made absolute
     assert seed_options == {} and out_options == {"client_kwargs": {"endpoint_url": "http://s3"}}
@@ -75,7 +75,7 @@ def test_a_failure_names_the_job_its_status_and_its_last_lines():
 def test_the_spec_is_one_shell_word_whatever_the_config_holds():
     cfg = CFG.model_copy(update={"sampling": CFG.sampling.model_copy(update={"stop": ("it's", "\"q\"", "$(x)")})})
     command = ray_job.entrypoint(ray_job.job_spec("s3://b/seeds/", {}, "s3://b/out/", None, cfg))
-    assert json.loads(ray_job.entrypoint_spec(command))["config"]["sampling"]["stop"] == ["it's", "\"q\"", "$(x)"]
+    assert json.loads(shlex.split(command)[3])["config"]["sampling"]["stop"] == ["it's", "\"q\"", "$(x)"]
 
 
 def test_the_cli_needs_seeds_and_out_or_a_spec(capsys):
