@@ -15,6 +15,8 @@ install: $(VENV)/.installed
 # Building DeepSpeed's sdist probes for a Rust toolchain; where rustup's proxies are on PATH, that
 # probe writes ~/.rustup/settings.toml. No Rust build is needed: keep rustup's state in the project.
 $(VENV)/.installed: export RUSTUP_HOME := $(CURDIR)/.cache/rustup
+# pip caches the wheels it builds (DeepSpeed's sdist) in ~/.cache/pip: keep that in the project too
+$(VENV)/.installed: export PIP_CACHE_DIR := $(CURDIR)/.cache/pip
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
