@@ -12,7 +12,10 @@ Each run is its own subprocess, so its peak RSS (VmHWM) is the driver's alone:
 Reported per size: synthesis rows, driver peak RSS, rows/s of the first run, record shards, re-run
 seconds and its peak RSS, and the load average when it ran (the machine is shared).
 
-Run:  python benchmarks/synthesis_scale.py --rows 20000 100000 [--shard-rows 1024 --workdir DIR --keep]
+With `--verify` the runs verify too (the instant engine confirms every row), so the verification
+pass's bookkeeping is measured with the rest.
+
+Run:  python benchmarks/synthesis_scale.py --rows 20000 100000 [--verify --shard-rows 1024 --workdir DIR --keep]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULT = "BENCH-RESULT "
 ANSWER = "<answer><new_instruction>Only documents that discuss the topic in a formal register.</new_instruction></answer>"
+VERDICT = "<satisfies>yes</satisfies><violates>yes</violates><on_topic>yes</on_topic>"
 BATCH_ROWS = 1024  # answers handed back at a time, like one engine batch
 SOURCE_PER_ROW = 2.3  # about 45% of generated rows are eligible synthesis seeds
 
@@ -39,10 +43,13 @@ class InstantEngine:
 
     model_id = "instant"
 
+    def __init__(self, answer: str = ANSWER):
+        self.answer = answer
+
     def answers(self, rows):
         out = []
         for row in rows:
-            out.append({"cache_key": row["cache_key"], "raw_response": ANSWER, "prompt_tokens": 900,
+            out.append({"cache_key": row["cache_key"], "raw_response": self.answer, "prompt_tokens": 900,
                         "completion_tokens": 20, "latency_s": 0.0, "attempts": 1, "error": None})
             if len(out) == BATCH_ROWS:
                 yield out
@@ -56,23 +63,27 @@ def peak_rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
 
 
-def child(seeds: str, out: str, rows: int, shard_rows: int) -> None:
+def child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool) -> None:
     import tasks.engines as engines
     from dualview_core.config import SynthesisConfig
     from tasks.synthesis import run_synthesis
 
-    engines.ENGINES["reference"] = lambda cfg, model_path: InstantEngine()
-    cfg = SynthesisConfig(engine="reference", limit=rows, shard_rows=shard_rows)
+    # the reference engine refuses to verify; with --verify the instant engine stands in for openai
+    engine = "openai" if verify else "reference"
+    cfg = SynthesisConfig(engine=engine, verify=verify, limit=rows, shard_rows=shard_rows)
+    engines.ENGINES[engine] = lambda c, model_path: InstantEngine(VERDICT if c.sampling == cfg.verify_sampling else ANSWER)
     start = time.perf_counter()
     summary = run_synthesis(seeds, out, cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
     seconds = time.perf_counter() - start
     print(RESULT + json.dumps({"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "plan": summary["plan"],
                                "dual_views": summary["dual_views"], "rejected": summary["rejected"],
+                               "verify_rows": summary["cost"]["verify_rows"],
                                "shards": len(list(Path(out, "records").glob("part-*.parquet")))}), flush=True)
 
 
-def run_child(seeds: str, out: str, rows: int, shard_rows: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", seeds, out, "--rows", str(rows), "--shard-rows", str(shard_rows)]
+def run_child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool) -> dict:
+    cmd = [sys.executable, __file__, "--child", seeds, out, "--rows", str(rows), "--shard-rows", str(shard_rows),
+           *(["--verify"] if verify else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
     if proc.returncode:
         raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
@@ -86,10 +97,11 @@ def main() -> None:
     ap.add_argument("--shard-rows", type=int, default=1024)
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--verify", action="store_true", help="verify accepted rows too")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(*args.child, args.rows[0], args.shard_rows)
+        child(*args.child, args.rows[0], args.shard_rows, args.verify)
         return
     from seed_scale import generate
 
@@ -102,9 +114,11 @@ def main() -> None:
             if not os.path.exists(seeds):
                 generate(seeds, int(rows * SOURCE_PER_ROW))
             shutil.rmtree(out, ignore_errors=True)
-            first = run_child(seeds, out, rows, args.shard_rows)
-            again = run_child(seeds, out, rows, args.shard_rows)
-            assert again["plan"]["pending"] == 0, again["plan"]
+            first = run_child(seeds, out, rows, args.shard_rows, args.verify)
+            again = run_child(seeds, out, rows, args.shard_rows, args.verify)
+            assert again["plan"]["pending"] == 0 and again["verify_rows"] == 0, again
+            if args.verify:
+                assert first["verify_rows"] == first["dual_views"] > 0, first  # every accepted row asked once, all confirmed
             n = first["plan"]["pending"]
             table.append((n, first, again))
             print(f"{n:,} rows: first {first['seconds']:.1f}s, peak {first['peak_rss_mb']:.0f} MB, "

@@ -224,13 +224,16 @@ class CostSummary:
         self.completion_tokens += rec["completion_tokens"] or 0
         self.engine_seconds += rec["latency_s"] or 0.0
 
-    def add_verification(self, rec: Mapping, fresh: bool) -> None:
+    def add_verification_call(self, rec: Mapping) -> None:
+        """A verification record this run asked for (its tokens were spent now)."""
+        self.verify_rows += 1
+        self.verify_prompt_tokens += rec["prompt_tokens"] or 0
+        self.verify_completion_tokens += rec["completion_tokens"] or 0
+
+    def add_verdict(self, rec: Mapping) -> None:
+        """The verdict on a current accepted row, asked now or cached."""
         self.verify_checked += 1
         self.verify_failed += rec["rejection"] is not None
-        if fresh:
-            self.verify_rows += 1
-            self.verify_prompt_tokens += rec["prompt_tokens"] or 0
-            self.verify_completion_tokens += rec["completion_tokens"] or 0
 
     def _verification(self) -> dict:
         rate = round(self.verify_failed / self.verify_checked, 4) if self.verify_checked else None

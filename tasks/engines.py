@@ -5,8 +5,9 @@ and which seed and which instruction negative N* it is about) into rows `{cache_
 prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
 `dualview_core.synthesis.EngineResult`). LLM engines read only the messages; `answers(rows, n)`
 yields complete result rows `n` at a time. `rows` is a list, or `StagedRows`: the input staged in
-bounded Parquet files, which a Ray Data engine puts into the object store a file at a time and the
-reference engine reads a file at a time, so the driver's heap never holds the whole input.
+bounded Parquet files in row groups of one engine batch (`batch_rows`), which a Ray Data engine reads
+a row group per task as the pipeline consumes them (tasks/staged_source.py) and the reference engine
+reads a file at a time, so neither the driver nor Ray's object store ever holds the whole input.
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
@@ -86,23 +87,16 @@ class _RayDataEngine:
     def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         raise NotImplementedError
 
-    def block_rows(self) -> int:
-        """Rows per input block: one batch of the engine."""
-        raise NotImplementedError
-
     def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
         import ray
 
         from tasks.ray_runtime import ensure_ray
 
         ensure_ray(self.cfg.ray_address)
-        if isinstance(rows, StagedRows):  # a file at a time into the object store, never all on the driver's heap
-            # (not read_parquet: its read tasks wait for CPU the CPU vLLM profile has already given out).
-            # Blocks of one engine batch: a block is one task, so a whole file as one block would be
-            # answered one batch after another and come back all at once.
-            n = self.block_rows()
-            source = ray.data.from_arrow_refs([ray.put(table.slice(start, n)) for i in range(len(rows.paths))
-                                               for table in [rows.table(i)] for start in range(0, table.num_rows, n)])
+        if isinstance(rows, StagedRows):  # read as the engine takes them, a row group (one batch) per block
+            from tasks.staged_source import read_staged
+
+            source = read_staged(rows.paths, ENGINE_INPUT, HELPER_CPUS)
         else:
             source = ray.data.from_items(list(rows))
         ds = self.transform(source)
@@ -181,9 +175,6 @@ class VLLMEngine(_RayDataEngine):
         self.cfg, self.model_path = cfg, model_path
         self.model_id = cfg.vllm.model
 
-    def block_rows(self) -> int:
-        return self.cfg.vllm.batch_size
-
     def _processor_config(self):
         from ray.data.llm import vLLMEngineProcessorConfig
 
@@ -247,9 +238,6 @@ class OpenAIEngine(_RayDataEngine):
         self.cfg = cfg
         self.model_id = cfg.openai.model
 
-    def block_rows(self) -> int:
-        return self.cfg.openai.concurrency  # the stage's batch: one wave of requests
-
     def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
         from ray.data import ActorPoolStrategy
 
@@ -308,6 +296,15 @@ ENGINES: dict[str, Callable[[SynthesisConfig, str | None], Engine]] = {
 
 def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> Engine:
     return ENGINES[cfg.engine](cfg, model_path)
+
+
+def batch_rows(cfg: SynthesisConfig) -> int:
+    """Rows per engine batch: a staged row group, one block of a Ray Data engine's input, one task."""
+    if cfg.engine == "vllm":
+        return cfg.vllm.batch_size
+    if cfg.engine == "openai":
+        return cfg.openai.concurrency  # the stage's batch: one wave of requests
+    return REFERENCE_BATCH_ROWS
 
 
 def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: Iterable[dict]) -> Iterator[list[dict]]:

@@ -7,7 +7,7 @@ them inside a Ray Data pipeline (or in this process, for the reference engine); 
 of answers is published as one shard. A row whose prompt cannot fit the engine's context is
 rejected before the engine (prompt_too_long); a row the engine fails on is recorded with its reason,
 so every planned row ends as a record. With `verify`, accepted rows get a second, cached call
-(tasks/verification.py). Then a second pass over the seeds derives the dual-view rows, the
+(tasks/verification.py: its own pass, one engine start). Then a second pass over the seeds derives the dual-view rows, the
 rejections and report.md for the current seeds, streaming, and the run is recorded in the manifest
 (its seed map in OUT/seed_map.parquet). When nothing changed since the last run (same seeds, same
 shards, same settings) the derived files stand as they are. The driver holds one batch of seeds,
@@ -17,18 +17,15 @@ exactly where the published shards end.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from dualview_core.cache_index import SEED_MAP, KeyIndex, seed_diff, unique_seeds
+from dualview_core.cache_index import SEED_MAP, seed_diff, unique_seeds
 from dualview_core.config import SynthesisConfig
 from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
 from dualview_core.dual_view import make_dual_view
@@ -50,14 +47,14 @@ from dualview_core.synthesis import (
     targets,
 )
 from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
+from tasks.engines import batch_rows
 from tasks.progress import duration
 from tasks.record_store import RecordStore, ShardWriter
+from tasks.staging import PendingInfo, StagedFiles
 
 Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
 UNCHANGED = "synthesis: no change since the last run; its dual views, rejections and report stand"
-STAGE_ROWS = 4096  # rendered rows per staged engine-input file
-VERIFY_ROWS = 20_000  # rows handed to the verification pass at a time
 INFO = ("cache_key", "seed_key", "target_index", "query_id", "query", "instruction")  # what a record needs
 TARGET = ("target_title", "target_text")  # N*, for the geometry filter only
 
@@ -173,12 +170,11 @@ class _Model:
 
 @dataclass
 class _Staged:
-    """Pass one's result: the seed map, the pending rows staged for the engine, and what a record
-    of each needs (compact Arrow columns, no messages), looked up by key as answers arrive."""
+    """Pass one's result: the seed map, and the pending rows staged for the engine together with
+    what a record of each needs (INFO, TARGET columns), looked up by key as answers arrive."""
 
-    folder: str
     validation: dict = field(default_factory=dict)
-    paths: list[str] = field(default_factory=list)  # engine input and each row's info (INFO, TARGET columns)
+    paths: tuple[str, ...] = ()  # engine input and each row's info
     too_long: list[dict] = field(default_factory=list)  # results for rows rejected before the engine
     too_long_info: list[dict] = field(default_factory=list)  # and their info (few: held here)
     seed_maps: list[pa.Table] = field(default_factory=list)
@@ -187,11 +183,6 @@ class _Staged:
 
     def seed_map(self) -> pa.Table:
         return pa.concat_tables(self.seed_maps) if self.seed_maps else SEED_MAP.empty_table()
-
-    def stage(self, rows: list[dict]) -> None:
-        path = os.path.join(self.folder, f"part-{len(self.paths):06d}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        self.paths.append(path)
 
 
 def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarantine) -> tuple[Iterator[pa.Table], object]:
@@ -229,12 +220,12 @@ def _items(seeds: list[dict], ask: _Asking) -> list[WorkItem]:
 
 def _stage(seeds_path: str, storage_options, store: RecordStore, out_options, ask: _Asking, model: _Model) -> _Staged:
     """Pass one over the seeds: the seed map, cached vs pending, and the pending rows rendered and
-    staged in files of STAGE_ROWS rows (prompts too long for the engine become results here)."""
+    staged in bounded files (prompts too long for the engine become results here)."""
     index = store.index(ask.cfg.max_error_runs)
-    staged = _Staged(folder=store.staging())
+    staged, files = _Staged(), StagedFiles(store.staging(), batch_rows(ask.cfg))
     seeds, validator = _seed_batches(seeds_path, storage_options, ask.cfg.limit, quarantine_path=store.path("quarantine.parquet"),
                                      quarantine_options=out_options)
-    geometry, buffer = ask.cfg.geometry_filter, []
+    geometry = ask.cfg.geometry_filter
     for batch in seeds:
         staged.seed_maps.append(batch.select(["query_id", "seed_key"]))
         keys = _keys(batch, ask)
@@ -254,12 +245,8 @@ def _stage(seeds_path: str, storage_options, store: RecordStore, out_options, as
             rejected = {r["cache_key"] for r in too_long}
             staged.too_long += too_long
             staged.too_long_info += [_info(i, geometry) for i in pending if i.cache_key in rejected]
-        buffer += rows
-        if len(buffer) >= STAGE_ROWS:
-            staged.stage(buffer)
-            buffer = []
-    if buffer:
-        staged.stage(buffer)
+        files.add(rows)
+    staged.paths = files.close()
     staged.validation = validator.report.as_dict()
     return staged
 
@@ -274,53 +261,6 @@ def _info(item: WorkItem, geometry: bool) -> dict:
     return row
 
 
-class _PendingInfo:
-    """What a record of each pending row needs, by cache key. Only a sorted index of the keys is held
-    (~40 bytes a row); the info itself is read back from the staged files as answers arrive, a file
-    at a time (answers come back roughly in file order), and from memory for the few rows rejected
-    before the engine."""
-
-    def __init__(self, paths: list[str], held: list[dict], geometry: bool):
-        self.tables = [*paths, pa.Table.from_pylist(held)] if held else list(paths)
-        self.columns = list(INFO + TARGET) if geometry else list(INFO)
-        keys = [self._table(i, ["cache_key"])["cache_key"].to_numpy(zero_copy_only=False).astype("S")
-                for i in range(len(self.tables))]
-        sizes = np.array([len(k) for k in keys], dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        flat = np.concatenate(keys) if keys else np.array([], dtype="S1")
-        self.index = KeyIndex(flat, np.arange(len(flat), dtype=np.int64))
-        self.answered = np.zeros(len(flat), dtype=bool)
-        self._loaded: tuple[int, pa.Table] | None = None
-
-    def _table(self, i: int, columns: list[str]) -> pa.Table:
-        source = self.tables[i]
-        return source.select(columns) if isinstance(source, pa.Table) else pq.read_table(source, columns=columns)
-
-    def _rows(self, i: int) -> pa.Table:
-        if self._loaded is None or self._loaded[0] != i:
-            self._loaded = (i, self._table(i, self.columns))
-        return self._loaded[1]
-
-    def take(self, keys: list[str]) -> list[dict]:
-        at = self.index.lookup(keys)
-        if (at < 0).any():
-            raise RuntimeError(f"the engine answered a row that was not sent: {keys[int(np.argmax(at < 0))]}")
-        self.answered[at] = True
-        files = np.searchsorted(self.starts, at, side="right") - 1
-        out: list[dict | None] = [None] * len(keys)
-        for i in np.unique(files):  # the file the last batch came from is usually the one loaded
-            where = np.flatnonzero(files == i)
-            for j, row in zip(where, self._rows(int(i)).take(pa.array(at[where] - self.starts[i])).to_pylist()):
-                out[j] = row
-        return out
-
-    def unanswered(self) -> list[str]:
-        missing = np.flatnonzero(~self.answered)
-        files = np.searchsorted(self.starts, missing, side="right") - 1
-        return [k for i in np.unique(files) for k in
-                self._table(int(i), ["cache_key"])["cache_key"].take(pa.array(missing[files == i] - self.starts[i])).to_pylist()]
-
-
 def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostSummary, progress: Progress,
                  model: _Model) -> None:
     """A record for every pending item: rejected before the engine, answered, or failed. Progress
@@ -329,7 +269,7 @@ def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostS
     from tasks.progress import Meter, waiting
 
     cfg = ask.cfg
-    info = _PendingInfo(staged.paths, staged.too_long_info, cfg.geometry_filter)
+    info = PendingInfo(staged.paths, staged.too_long_info, list(INFO + TARGET) if cfg.geometry_filter else list(INFO))
     meter = Meter("synthesis", staged.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
     geometry = _geometry(cfg)
     shards = ShardWriter(store, cfg.shard_rows)
@@ -347,7 +287,7 @@ def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostS
         meter.start(already=record(staged.too_long))
     if staged.paths:
         with waiting("synthesis", *start_wait(cfg), progress) as wait:
-            for n, results in enumerate(answer_batches(cfg, model.path, StagedRows(tuple(staged.paths)))):
+            for n, results in enumerate(answer_batches(cfg, model.path, StagedRows(staged.paths))):
                 answered = record(results)
                 if n == 0:  # the rate counts from here: the engine answered this batch while it was starting
                     progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
@@ -441,49 +381,51 @@ def _derived_exist(store: RecordStore) -> bool:
     return all(store.fs.exists(f"{store.root}/{name}") for name in ("dual_views.parquet", "rejections.parquet", "report.md"))
 
 
+def _current_records(seeds_path: str, storage_options, store: RecordStore, ask: _Asking) -> Iterator[tuple[list[WorkItem], list[dict]]]:
+    """(work items, their records with the seed columns) for the current seeds, a seed batch at a
+    time; every planned row must have a record by now."""
+    index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
+    seeds, _ = _seed_batches(seeds_path, storage_options, ask.cfg.limit)
+    for batch in seeds:
+        items = _items(batch.to_pylist(), ask)
+        found = index.fetch([i.cache_key for i in items])
+        lost = [i.cache_key for i, rec in zip(items, found) if rec is None]
+        if lost:
+            raise RuntimeError(f"{len(lost)} planned row(s) have no record under {store.out}/records, e.g. {lost[0]}")
+        yield items, [{**rec, **seed_fields(i.seed)} for i, rec in zip(items, found)]
+
+
 def _derive(seeds_path: str, storage_options, store: RecordStore, out_options, ask: _Asking, costs: CostSummary,
             progress: Progress) -> dict:
     """Pass two over the seeds: dual_views.parquet (accepted) and rejections.parquet (the rest) for
-    the current seeds, streamed, with the outcome counts and report.md."""
+    the current seeds, streamed, with the outcome counts and report.md. With `verify`, a pass of its
+    own first asks the verifier about every accepted row it has no verdict on."""
     cfg = ask.cfg
-    records_index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
-    seeds, _ = _seed_batches(seeds_path, storage_options, cfg.limit)
+    verdicts = None
+    if cfg.verify:
+        from tasks.verification import Verdicts, Verifier, ask_missing
+
+        verifier = Verifier.of(cfg)
+        ask_missing(_current_records(seeds_path, storage_options, store, ask), verifier, store, costs, progress)
+        verdicts = Verdicts(verifier, store)
     dual_views = TableWriter(store.path("dual_views.parquet"), DUAL_VIEW_ROW, out_options)
     rejections = TableWriter(store.path("rejections.parquet"), SYNTHESIS_RECORD, out_options)
     rejected: Counter = Counter()
     examples: dict[str, list[dict]] = {}
-
-    def write(items: list[WorkItem], records: list[dict]) -> None:
-        if cfg.verify:
-            from tasks.verification import verify
-
-            records = verify(items, records, cfg, store, costs, progress)
-        accepted = [make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
-                                   prompt_version=r["prompt_version"], model_id=r["model_id"])
-                    for i, r in zip(items, records) if r["rejection"] is None]
-        dual_views.write(pa.Table.from_pylist(accepted, schema=DUAL_VIEW_ROW))
-        rejections.write(pa.Table.from_pylist([r for r in records if r["rejection"] is not None], schema=SYNTHESIS_RECORD))
-        for r in records:
-            reason = r["rejection"] or "accepted"
-            rejected[reason] += 1
-            if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
-                examples[reason].append(r)
-
     try:
-        items, records = [], []
-        for batch in seeds:
-            batch_items = _items(batch.to_pylist(), ask)
-            found = records_index.fetch([i.cache_key for i in batch_items])
-            lost = [i.cache_key for i, rec in zip(batch_items, found) if rec is None]
-            if lost:
-                raise RuntimeError(f"{len(lost)} planned row(s) have no record under {store.out}/records, e.g. {lost[0]}")
-            items += batch_items
-            records += [{**rec, **seed_fields(i.seed)} for i, rec in zip(batch_items, found)]
-            if len(items) >= (VERIFY_ROWS if cfg.verify else 1):
-                write(items, records)
-                items, records = [], []
-        if items:
-            write(items, records)
+        for items, records in _current_records(seeds_path, storage_options, store, ask):
+            if verdicts:
+                records = verdicts.apply(items, records, costs)
+            accepted = [make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
+                                       prompt_version=r["prompt_version"], model_id=r["model_id"])
+                        for i, r in zip(items, records) if r["rejection"] is None]
+            dual_views.write(pa.Table.from_pylist(accepted, schema=DUAL_VIEW_ROW))
+            rejections.write(pa.Table.from_pylist([r for r in records if r["rejection"] is not None], schema=SYNTHESIS_RECORD))
+            for r in records:
+                reason = r["rejection"] or "accepted"
+                rejected[reason] += 1
+                if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
+                    examples[reason].append(r)
     except BaseException:
         dual_views.abort()
         rejections.abort()

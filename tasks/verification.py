@@ -1,91 +1,159 @@
 """The optional verification pass of a synthesis run: one more engine call per accepted row.
 
-Called a bounded group of rows at a time. Asks the engine, with prompts/verification.md, whether N* meets I_new, P+ breaks it, and I_new
-stays on the query's topic (dualview_core/verification.py). Answers are cached by content in
-OUT/verifications/ like the first pass's, so a re-run verifies only rows it has not seen; a row
-the verifier does not confirm is rejected as `unverified`. Its calls, tokens and disagreement with
-the guards go into the run's CostSummary.
+Asks the engine, with prompts/verification.md, whether N* meets I_new, P+ breaks it, and I_new
+stays on the query's topic (dualview_core/verification.py). It runs in two steps, so a run of any
+size starts the engine once:
+
+1. `ask_missing` walks the current records (a batch of seeds at a time), stages the prompt of every
+   accepted row that has no verdict yet (tasks/staging.py), then sends them all through one engine
+   and publishes the verdicts as shards of OUT/verifications/, cached by content like the first
+   pass's records. A re-run verifies only rows it has not seen.
+2. `Verdicts.apply`, called by the pass that writes the dual views, rejects every accepted row the
+   verifier did not confirm as `unverified`.
+
+Calls and tokens are counted by step 1, the verifier's disagreement with the guards by step 2, both
+in the run's CostSummary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from dualview_core.config import SynthesisConfig
+from dualview_core.id_set import IdSet
 from dualview_core.keys import canonical_json
 from dualview_core.parsing import Rejection
 from dualview_core.prompting import prompt_version
 from dualview_core.synthesis import CostSummary, WorkItem, error_rejection, seed_fields
 from dualview_core.verification import default_template, parse_verdict, render, verdict_rejection, verify_key
+from tasks.engines import batch_rows
 from tasks.record_store import VERIFICATIONS, RecordStore, ShardWriter
+from tasks.staging import PendingInfo, StagedFiles
+
+Progress = Callable[[str], None]
+Current = Iterable[tuple[list[WorkItem], list[dict]]]  # (items, their records) a seed batch at a time
+INFO = ("cache_key", "seed_key", "target_index", "instruction", "query_id", "query", "original_instruction")
 
 
-def verify(items: list[WorkItem], records: list[dict], cfg: SynthesisConfig, store: RecordStore, costs: CostSummary,
-           progress: Callable[[str], None]) -> list[dict]:
-    """`records` (aligned with `items`) with accepted rows the verifier does not confirm rejected."""
-    template = default_template()
-    version, model_id = prompt_version(template), cfg.model_id()
-    sampling = cfg.verify_sampling.model_dump(mode="json")
-    keys = [verify_key(i.seed["seed_key"], i.target_index, r["instruction"], version, model_id, sampling)
-            if r["rejection"] is None else None for i, r in zip(items, records)]
-    asked = [k for k in keys if k is not None]
-    index = store.index(cfg.max_error_runs, folder=VERIFICATIONS)  # two columns per shard, not the records
-    cached = {k: rec for k, rec in zip(asked, index.fetch(asked)) if rec is not None}
-    todo = {k: (i, r) for k, i, r in zip(keys, items, records) if k is not None and k not in cached}
-    progress(f"verification: {sum(k is not None for k in keys)} accepted rows, {len(todo)} to send")
-    fresh = _ask(todo, cfg, store, template, version, model_id, sampling, progress) if todo else {}
-    out = []
-    for key, rec in zip(keys, records):
-        if key is None:
-            out.append(rec)
-            continue
-        check = cached.get(key) or fresh[key]
-        costs.add_verification(check, fresh=key in fresh)
-        out.append(rec if check["rejection"] is None else {**rec, "rejection": Rejection.UNVERIFIED.value})
-    return out
+@dataclass(frozen=True)
+class Verifier:
+    """How this run verifies: the prompt, its version, the model and the sampling of the second call."""
+
+    cfg: SynthesisConfig
+    template: str
+    version: str
+    model_id: str
+    sampling: dict
+
+    @classmethod
+    def of(cls, cfg: SynthesisConfig) -> Verifier:
+        template = default_template()
+        return cls(cfg, template, prompt_version(template), cfg.model_id(), cfg.verify_sampling.model_dump(mode="json"))
+
+    def keys(self, items: list[WorkItem], records: list[dict]) -> list[str | None]:
+        """The verification key of each accepted record, None for the others."""
+        return [verify_key(i.seed["seed_key"], i.target_index, r["instruction"], self.version, self.model_id, self.sampling)
+                if r["rejection"] is None else None for i, r in zip(items, records)]
+
+    def row(self, key: str, item: WorkItem, first: dict) -> dict:
+        """A staged engine-input row: the prompt, and what the verdict's record needs (INFO)."""
+        seed = item.seed
+        return {"cache_key": key, "messages": render(seed, item.target_index, first["instruction"], self.template),
+                "target_doc_id": seed["instruction_negatives"][item.target_index]["doc_id"],
+                "seed_key": seed["seed_key"], "target_index": item.target_index, "instruction": first["instruction"],
+                **seed_fields(seed)}
 
 
-def _ask(todo: dict, cfg: SynthesisConfig, store: RecordStore, template: str, version: str, model_id: str,
-         sampling: dict, progress: Callable[[str], None]) -> dict[str, dict]:
-    from tasks.engines import answer_batches, start_wait
+def ask_missing(current: Current, verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
+    """Step 1: every accepted row of `current` without a verdict is asked, all through one engine."""
+    index = store.index(verifier.cfg.max_error_runs, folder=VERIFICATIONS)  # two columns per shard, not the records
+    pass_cfg = verifier.cfg.model_copy(update={"sampling": verifier.cfg.verify_sampling})
+    files, seen, accepted = StagedFiles(store.staging(), batch_rows(pass_cfg)), IdSet(), 0
+    try:
+        for items, records in current:
+            asked = [(k, i, r) for k, i, r in zip(verifier.keys(items, records), items, records) if k is not None]
+            accepted += len(asked)
+            found = index.lookup([k for k, _, _ in asked])
+            files.add([verifier.row(k, i, r) for (k, i, r), at in zip(asked, found) if at < 0 and seen.add(k)])
+        paths = files.close()
+        progress(f"verification: {accepted} accepted rows, {len(seen)} to send")
+        if paths:
+            _ask(paths, verifier, store, costs, progress)
+    finally:
+        store.remove_staging()
+
+
+def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
+    from tasks.engines import StagedRows, answer_batches, start_wait
     from tasks.llm_models import resolve_llm
     from tasks.progress import Meter, waiting
-    from tasks.ray_runtime import ensure_ray
 
-    ensure_ray(cfg.ray_address)
+    cfg = verifier.cfg
     pass_cfg = cfg.model_copy(update={"sampling": cfg.verify_sampling})
     model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir) if cfg.engine == "vllm" else None
-    rows = [{"cache_key": k, "messages": render(i.seed, i.target_index, r["instruction"], template)}
-            for k, (i, r) in todo.items()]
-    fresh: dict[str, dict] = {}
-    meter = Meter("verification", len(rows), "rows", progress, every_s=10.0)
+    info = PendingInfo(paths, [], list(INFO))
     shards = ShardWriter(store, cfg.shard_rows, VERIFICATIONS)
+
+    def publish(results: list[dict]) -> int:
+        shard = [_record(res, row, verifier) for res, row in zip(results, info.take([r["cache_key"] for r in results]))]
+        for rec in shard:
+            costs.add_verification_call(rec)
+        shards.add(shard)
+        return len(shard)
+
+    meter = Meter("verification", len(info.answered), "rows", progress, every_s=10.0)
     with waiting("verification", *start_wait(pass_cfg), progress) as wait:
-        for results in answer_batches(pass_cfg, model_path, rows):
-            shard = [_record(res, *todo[res["cache_key"]], version, model_id, sampling) for res in results]
-            shards.add(shard)
-            if not fresh:
+        for n, results in enumerate(answer_batches(pass_cfg, model_path, StagedRows(paths))):
+            answered = publish(results)
+            if n == 0:
                 wait.stop()
-                meter.start(already=len(shard))
+                meter.start(already=answered)
             else:
-                meter.advance(len(shard))
-            fresh |= {rec["cache_key"]: rec for rec in shard}
+                meter.advance(answered)
+    missing = info.unanswered()  # no row back: unverified now, asked again next run
+    if missing:
+        publish([{"cache_key": k, "error": "engine returned no row", "attempts": 1} for k in missing])
     shards.close()
-    for key in todo.keys() - fresh.keys():  # no row back: unverified now, asked again next run
-        fresh[key] = _record({"cache_key": key, "error": "engine returned no row", "attempts": 1}, *todo[key],
-                             version, model_id, sampling)
-    return fresh
 
 
-def _record(result: dict, item: WorkItem, first: dict, version: str, model_id: str, sampling: dict) -> dict:
-    """A SynthesisRecord for one verification answer: rejection None (confirmed) or why not."""
+class Verdicts:
+    """Step 2: each accepted record's verdict (after `ask_missing`, every one has a record)."""
+
+    def __init__(self, verifier: Verifier, store: RecordStore):
+        self.verifier = verifier
+        self.index = store.index(max_error_runs=1, folder=VERIFICATIONS)  # a key's first final verdict, else its latest failure
+
+    def apply(self, items: list[WorkItem], records: list[dict], costs: CostSummary) -> list[dict]:
+        """`records` (aligned with `items`) with the accepted rows the verifier does not confirm rejected."""
+        keys = self.verifier.keys(items, records)
+        asked = [k for k in keys if k is not None]
+        verdicts = iter(self.index.fetch(asked))
+        out = []
+        for key, rec in zip(keys, records):
+            if key is None:
+                out.append(rec)
+                continue
+            check = next(verdicts)
+            if check is None:
+                raise RuntimeError(f"accepted row {rec['cache_key']} has no verdict under {VERIFICATIONS}/ (key {key})")
+            costs.add_verdict(check)
+            out.append(rec if check["rejection"] is None else {**rec, "rejection": Rejection.UNVERIFIED.value})
+        return out
+
+
+def _record(result: dict, row: dict, verifier: Verifier) -> dict:
+    """A SynthesisRecord for one verification answer (`row`: its staged INFO): rejection None
+    (confirmed) or why not."""
     error = result.get("error")
     rejection = error_rejection(error) if error else verdict_rejection(parse_verdict(result.get("raw_response")))
     return {
-        "cache_key": result["cache_key"], "seed_key": item.seed["seed_key"], "target_index": item.target_index,
-        "prompt_version": version, "model_id": model_id, "sampling_params": canonical_json(sampling).decode(),
-        "raw_response": error or result.get("raw_response"), "instruction": first["instruction"],
+        "cache_key": result["cache_key"], "seed_key": row["seed_key"], "target_index": row["target_index"],
+        "prompt_version": verifier.version, "model_id": verifier.model_id,
+        "sampling_params": canonical_json(verifier.sampling).decode(),
+        "raw_response": error or result.get("raw_response"), "instruction": row["instruction"],
         "rejection": rejection.value if rejection else None, "geometry_delta": None,
         "prompt_tokens": result.get("prompt_tokens"), "completion_tokens": result.get("completion_tokens"),
-        "latency_s": result.get("latency_s"), "attempts": result.get("attempts") or 1, **seed_fields(item.seed),
+        "latency_s": result.get("latency_s"), "attempts": result.get("attempts") or 1,
+        "query_id": row["query_id"], "query": row["query"], "original_instruction": row["original_instruction"],
     }

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,6 @@ from pathlib import Path
 
 import psutil
 
-from tests.integration.conftest import free_port, wait_for_port
 
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -70,25 +71,49 @@ class LocalCluster:
             proc.wait()
 
 
-def start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float = 1, timeout: float = 180) -> LocalCluster:
+class NodeExited(RuntimeError):
+    """A node's `ray start` ended while the cluster was starting; the message quotes its log's last lines."""
+
+
+def start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float = 1, timeout: float = 180,
+                  attempts: int = 3) -> LocalCluster:
     """A head ('head' resource) and one worker node per name, all on this machine. The nodes get this
-    process's environment, with its interpreter's folder first on PATH (a job runs `dualview`)."""
+    process's environment, with its interpreter's folder first on PATH (a job runs `dualview`).
+
+    Ports are picked free below the kernel's ephemeral range (see `_port`), yet something can still
+    bind one before Ray does; a start whose node exits is retried with fresh ports and a fresh temp dir
+    up to `attempts` times, and each failed start's node logs stay in `log_dir/<attempt>/`."""
+    failures = []
+    for attempt in range(1, attempts + 1):
+        logs = log_dir / str(attempt)
+        logs.mkdir(parents=True, exist_ok=True)
+        try:
+            return _start_cluster(workers, logs, cpus_per_node, timeout)
+        except NodeExited as e:
+            failures.append(f"attempt {attempt}: {e}")
+            print(f"local Ray cluster, attempt {attempt} of {attempts} failed: {e}", file=sys.stderr)
+    raise NodeExited("\n".join(failures))
+
+
+def _start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float, timeout: float) -> LocalCluster:
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                        "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    gcs, dash = free_port(), free_port()
+                        "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+                        # the head waits this long for its dashboard (Ray's default, 60 s, is short on a loaded 2-core box)
+                        "RAY_DASHBOARD_STARTUP_TIMEOUT_S": str(int(timeout))}
+    taken: set[int] = set()  # ports handed out in this start: a random pick can repeat
+    gcs, dash = _port(taken), _port(taken)
     cluster = LocalCluster(gcs, f"http://127.0.0.1:{dash}")
     def common() -> list[str]:  # several nodes on one host: every per-node port its own
         ports = ("--node-manager-port", "--object-manager-port", "--metrics-export-port", "--runtime-env-agent-port",
                  "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port")
         return ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus_per_node), "--disable-usage-stats",
-                *[arg for flag in ports for arg in (flag, str(free_port()))]]
+                *[arg for flag in ports for arg in (flag, str(_port(taken)))]]
 
     head = [RAY, "start", "--head", "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
             "--include-dashboard=true", "--temp-dir", tempfile.mkdtemp(prefix="dvray", dir="/tmp"),
             "--resources", json.dumps({"head": 1}), *common()]
     try:
         cluster.nodes["head"] = _start(head, env, log_dir / "head.log")
-        wait_for_port(dash, cluster.nodes["head"], timeout=timeout)
         _wait_joined(cluster, log_dir, timeout)
         for name in workers:  # one at a time: on 2 cores, nodes starting together time out
             cmd = [RAY, "start", "--address", f"127.0.0.1:{gcs}", "--resources", json.dumps({name: 1}), *common()]
@@ -107,8 +132,31 @@ def _wait_joined(cluster: LocalCluster, log_dir: Path, timeout: float) -> None:
             raise TimeoutError(f"only {sorted(_alive(cluster))} of {sorted(cluster.nodes)} joined in {timeout}s")
         for name, proc in cluster.nodes.items():
             if proc.poll() is not None:
-                raise RuntimeError(f"node {name} exited with {proc.returncode}: see {log_dir}/{name}.log")
+                raise NodeExited(f"node {name} exited with {proc.returncode}; the last lines of {log_dir}/{name}.log:\n"
+                                 + _tail(log_dir / f"{name}.log"))
         time.sleep(0.5)
+
+
+def _port(taken: set[int]) -> int:
+    """A free port between Ray's worker ports (10002-19999) and the ephemeral range, which outgoing
+    connections draw from: a port picked there can be taken by any client on this machine before the
+    node binds it (a port from `bind(0)` is in that range)."""
+    low = min(int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]), 32768)
+    while True:
+        port = random.randrange(20000, low)
+        if port in taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))  # every address: Ray binds the node IP too
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _alive(cluster: LocalCluster) -> dict[str, str]:

@@ -227,12 +227,23 @@ def serve(handler, started: list) -> str:
 
 
 @pytest.mark.slow
-def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_or_not(tmp_path):
+def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_or_not(tmp_path, monkeypatch):
+    import functools
+
     import pyarrow.parquet as pq
 
-    from dualview_core.config import SynthesisConfig
+    import tasks.engines
+    import tasks.synthesis
+    from dualview_core.config import SynthesisConfig, ValidationConfig
     from tasks.synthesis import run_synthesis
 
+    # seeds in batches of 8 (4 batches), and every engine the run builds counted: verification
+    # walks the batches but starts its engine once, for all of them
+    monkeypatch.setattr(tasks.synthesis, "stream_seeds",
+                        functools.partial(tasks.synthesis.stream_seeds, cfg=ValidationConfig(batch_rows=8)))
+    built = []
+    make_engine = tasks.engines.make_engine
+    monkeypatch.setattr(tasks.engines, "make_engine", lambda cfg, path=None: built.append(cfg.sampling) or make_engine(cfg, path))
     seeds, kinds = thirty_seeds(tmp_path)
     results, started = {}, []
     try:
@@ -245,10 +256,12 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
             views = pq.read_table(out / "dual_views.parquet").to_pylist()
             rejections = pq.read_table(out / "rejections.parquet").to_pylist()
             results[honours] = (summary, views, rejections, writer.calls)
+            assert built == ([cfg.sampling, cfg.verify_sampling] if honours else [cfg.sampling])
+            built.clear()
             if honours:
                 again = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
                 assert writer.calls == results[honours][3] and again["cost"]["verify_rows"] == 0
-                assert again["outcomes"] == summary["outcomes"]
+                assert again["outcomes"] == summary["outcomes"] and built == []
     finally:
         for loop, runner in started:
             asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)

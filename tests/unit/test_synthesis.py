@@ -144,8 +144,10 @@ def test_rows_rejected_before_the_engine_cost_no_tokens_and_verification_is_coun
     it = item()
     costs = CostSummary()
     costs.add(record(it, EngineResult(it.cache_key, None, 5000, attempts=0, error="prompt_too_long: …"), Parsed(None, None), **ASK))
-    costs.add_verification({"rejection": None, "prompt_tokens": 300, "completion_tokens": 20}, fresh=True)
-    costs.add_verification({"rejection": "unverified", "prompt_tokens": 310, "completion_tokens": 22}, fresh=False)
+    asked_now = {"rejection": None, "prompt_tokens": 300, "completion_tokens": 20}
+    costs.add_verification_call(asked_now)
+    costs.add_verdict(asked_now)
+    costs.add_verdict({"rejection": "unverified", "prompt_tokens": 310, "completion_tokens": 22})  # cached
     out = costs.as_dict(wall_seconds=1.0)
     assert out["prompt_tokens"] == 0 and out["rejections"] == {"prompt_too_long": 1} and out["attempts"] == 0
     assert (out["verify_rows"], out["verify_prompt_tokens"], out["verify_completion_tokens"]) == (1, 300, 20)

@@ -1,0 +1,116 @@
+"""kill -9 at a realistic size: thousands of realistic seeds, shards of 512 rows, the openai engine
+through Ray Data against a fast local endpoint. A run killed (driver, Ray and all) once some shards
+are published resumes to exactly the records and outputs of an uninterrupted run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from aiohttp import web
+
+from dualview_core import samples
+from tests.integration.conftest import free_port
+
+VARIANTS = 64  # x 66 eligible sample seeds = 4,224 rows
+SHARD_ROWS = 512
+
+
+def realistic_seeds(path: Path) -> int:
+    """Every eligible sample seed (MS MARCO-sized passages) in VARIANTS distinct variants."""
+    rows = [json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    eligible = [r for r in rows if r["has_instruction"] and r["new_negatives"]]
+    with open(path, "w", encoding="utf-8") as out:
+        for k in range(VARIANTS):
+            for r in eligible:
+                only = f"{r['only_query']} (case {k})"
+                out.write(json.dumps({**r, "query_id": f"{r['query_id']}-{k}", "only_query": only,
+                                      "query": f"{only} {r['only_instruction']}"}) + "\n")
+    return VARIANTS * len(eligible)
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """An OpenAI-shaped endpoint answering each prompt with an instruction derived from its query (so
+    the answers, and the outputs, depend on nothing but the row), a few milliseconds a request."""
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json()
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        query = user.split("\n", 1)[0].removeprefix("QUERY: ")
+        await asyncio.sleep(0.003)
+        instruction = (f"Only sources that report measured outcomes for {query}, with numbers." if len(query) % 3
+                       else "Sure! Here is one.")  # a third of the rows rejected as chatter
+        text = f"<answer><new_instruction>{instruction}</new_instruction></answer>"
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text}}],
+                                  "usage": {"prompt_tokens": 900, "completion_tokens": 20}})
+
+    port = free_port()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{port}/v1"
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+
+
+def cli(seeds: Path, out: Path, endpoint: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", str(seeds), "--out", str(out),
+            "--engine", "openai", "--base-url", endpoint, "--model", "fast", "--concurrency", "16",
+            "--shard-rows", str(SHARD_ROWS)]
+
+
+def records(out: Path) -> dict[str, dict]:
+    """cache_key -> the record's answer columns, over every published shard (duplicates fail)."""
+    found: dict[str, dict] = {}
+    for shard in sorted((out / "records").glob("part-*.parquet")):
+        for rec in pq.read_table(shard, columns=["cache_key", "raw_response", "rejection", "instruction"]).to_pylist():
+            assert rec["cache_key"] not in found, f"{rec['cache_key']} recorded twice"
+            found[rec["cache_key"]] = rec
+    return found
+
+
+def outputs(out: Path) -> tuple[list, list]:
+    views = sorted(pq.read_table(out / "dual_views.parquet").to_pylist(), key=lambda v: (v["query_id"], v["instruction"]))
+    rejected = sorted(r["cache_key"] for r in pq.read_table(out / "rejections.parquet", columns=["cache_key"]).to_pylist())
+    return views, rejected
+
+
+@pytest.mark.slow
+def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, tmp_path):
+    seeds, whole, killed = tmp_path / "seeds.jsonl", tmp_path / "whole", tmp_path / "killed"
+    total = realistic_seeds(seeds)
+    subprocess.run(cli(seeds, whole, endpoint), check=True, capture_output=True, timeout=900)
+    expected = records(whole)
+    assert len(expected) == total
+
+    proc = subprocess.Popen(cli(seeds, killed, endpoint), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not list((killed / "records").glob("part-*.parquet")) and time.monotonic() < deadline:
+        assert proc.poll() is None, "the run finished before it could be killed"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # driver, Ray and every worker, mid-stream
+    proc.wait()
+    published = len(records(killed))
+    assert 0 < published < total and published % SHARD_ROWS == 0 and not (killed / "manifest.json").exists()
+
+    resumed = subprocess.run(cli(seeds, killed, endpoint), check=True, capture_output=True, timeout=900, text=True)
+    summary = json.loads(resumed.stdout)  # stdout holds the summary alone (no Ray warning in it)
+    assert summary["plan"]["cached"] == published and summary["plan"]["pending"] == total - published
+    assert records(killed) == expected  # every row once, with the same answer and verdict
+    views, rejected = outputs(killed)
+    assert (views, rejected) == outputs(whole) and len(views) > 0 and len(rejected) > 0
+    assert not list(killed.glob(".pending/*/*"))  # the killed run's staged input is gone after the resume
