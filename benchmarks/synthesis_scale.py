@@ -13,7 +13,11 @@ Reported per size: synthesis rows, driver peak RSS, rows/s of the first run, rec
 seconds and its peak RSS, and the load average when it ran (the machine is shared).
 
 With `--verify` the runs verify too (the instant engine confirms every row), so the verification
-pass's bookkeeping is measured with the rest.
+pass's bookkeeping is measured with the rest. With `--endpoint-latency-ms MS` the engine is the real
+openai engine through Ray Data (concurrency 64, one actor) against the fixed-latency server of
+benchmarks/synthesis_overhead.py, in its own process: the driver's peak then includes Ray's driver
+and the staged input's path into the pipeline. That server answers every prompt with a new
+instruction, so with `--verify` every verdict is a "no" there (a different workload).
 
 Run:  python benchmarks/synthesis_scale.py --rows 20000 100000 [--verify --shard-rows 1024 --workdir DIR --keep]
 """
@@ -63,15 +67,18 @@ def peak_rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
 
 
-def child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool) -> None:
+def child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool, endpoint: str | None) -> None:
     import tasks.engines as engines
-    from dualview_core.config import SynthesisConfig
+    from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
     from tasks.synthesis import run_synthesis
 
-    # the reference engine refuses to verify; with --verify the instant engine stands in for openai
-    engine = "openai" if verify else "reference"
-    cfg = SynthesisConfig(engine=engine, verify=verify, limit=rows, shard_rows=shard_rows)
-    engines.ENGINES[engine] = lambda c, model_path: InstantEngine(VERDICT if c.sampling == cfg.verify_sampling else ANSWER)
+    if endpoint:
+        cfg = SynthesisConfig(engine="openai", verify=verify, limit=rows, shard_rows=shard_rows,
+                              openai=OpenAIEngineConfig(base_url=endpoint, model="bench", concurrency=64))
+    else:  # the reference engine refuses to verify; with --verify the instant engine stands in for openai
+        engine = "openai" if verify else "reference"
+        cfg = SynthesisConfig(engine=engine, verify=verify, limit=rows, shard_rows=shard_rows)
+        engines.ENGINES[engine] = lambda c, model_path: InstantEngine(VERDICT if c.sampling == cfg.verify_sampling else ANSWER)
     start = time.perf_counter()
     summary = run_synthesis(seeds, out, cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
     seconds = time.perf_counter() - start
@@ -81,9 +88,9 @@ def child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool) -> Non
                                "shards": len(list(Path(out, "records").glob("part-*.parquet")))}), flush=True)
 
 
-def run_child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool) -> dict:
+def run_child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool, endpoint: str | None) -> dict:
     cmd = [sys.executable, __file__, "--child", seeds, out, "--rows", str(rows), "--shard-rows", str(shard_rows),
-           *(["--verify"] if verify else [])]
+           *(["--verify"] if verify else []), *(["--endpoint", endpoint] if endpoint else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
     if proc.returncode:
         raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
@@ -98,26 +105,32 @@ def main() -> None:
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--verify", action="store_true", help="verify accepted rows too")
+    ap.add_argument("--endpoint-latency-ms", type=float, help="the openai engine against a fixed-latency server")
+    ap.add_argument("--endpoint", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(*args.child, args.rows[0], args.shard_rows, args.verify)
+        child(*args.child, args.rows[0], args.shard_rows, args.verify, args.endpoint)
         return
     from seed_scale import generate
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="synthesis_scale_")
     os.makedirs(workdir, exist_ok=True)
-    table = []
+    table, server, endpoint = [], None, None
+    if args.endpoint_latency_ms is not None:
+        from synthesis_overhead import start_server
+
+        server, endpoint = start_server(args.endpoint_latency_ms)
     try:
         for rows in args.rows:
             seeds, out = os.path.join(workdir, f"seeds-{rows}.parquet"), os.path.join(workdir, f"out-{rows}")
             if not os.path.exists(seeds):
                 generate(seeds, int(rows * SOURCE_PER_ROW))
             shutil.rmtree(out, ignore_errors=True)
-            first = run_child(seeds, out, rows, args.shard_rows, args.verify)
-            again = run_child(seeds, out, rows, args.shard_rows, args.verify)
+            first = run_child(seeds, out, rows, args.shard_rows, args.verify, endpoint)
+            again = run_child(seeds, out, rows, args.shard_rows, args.verify, endpoint)
             assert again["plan"]["pending"] == 0 and again["verify_rows"] == 0, again
-            if args.verify:
+            if args.verify and not endpoint:
                 assert first["verify_rows"] == first["dual_views"] > 0, first  # every accepted row asked once, all confirmed
             n = first["plan"]["pending"]
             table.append((n, first, again))
@@ -129,6 +142,8 @@ def main() -> None:
             print(f"| {n:,} | {first['peak_rss_mb']:.0f} MB | {n / first['seconds']:.0f} | {first['shards']} | "
                   f"{again['seconds']:.1f} s | {again['peak_rss_mb']:.0f} MB | {first['load']:.1f} / {again['load']:.1f} |")
     finally:
+        if server:
+            server.kill()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 

@@ -7,7 +7,8 @@ prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
 yields complete result rows `n` at a time. `rows` is a list, or `StagedRows`: the input staged in
 bounded Parquet files in row groups of one engine batch (`batch_rows`), which a Ray Data engine reads
 a row group per task as the pipeline consumes them (tasks/staged_source.py) and the reference engine
-reads a file at a time, so neither the driver nor Ray's object store ever holds the whole input.
+reads a file at a time, so the driver never holds the whole input, and Ray's object store holds it
+only for a driver connected over Ray Client (see tasks/staged_source.py).
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
@@ -96,7 +97,7 @@ class _RayDataEngine:
         if isinstance(rows, StagedRows):  # read as the engine takes them, a row group (one batch) per block
             from tasks.staged_source import read_staged
 
-            source = read_staged(rows.paths, ENGINE_INPUT, HELPER_CPUS)
+            source = read_staged(rows.paths, ENGINE_INPUT)
         else:
             source = ray.data.from_items(list(rows))
         ds = self.transform(source)

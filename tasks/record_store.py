@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import posixpath
@@ -170,22 +171,24 @@ class RecordStore:
     def local(self) -> bool:
         return self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
 
-    def staging(self) -> str:
-        """A fresh local folder for this run's staged engine input: OUT/.pending/RUN for a local
-        OUT (earlier runs' leftovers are removed), a temporary folder for a remote one."""
-        self.remove_staging()
+    @property
+    def pending_root(self) -> Path:
+        """Where this output's staged engine input lives: OUT/.pending for a local OUT; for a remote
+        one, a local temporary folder named after OUT, so a killed run's leftovers are found again."""
         if self.local:
-            self._staging = str(Path(self.root) / PENDING / uuid.uuid4().hex)
-        else:
-            self._staging = tempfile.mkdtemp(prefix="dualview-pending-")
-        os.makedirs(self._staging, exist_ok=True)
-        return self._staging
+            return Path(self.root) / PENDING
+        return Path(tempfile.gettempdir()) / "dualview-pending" / hashlib.blake2b(self.out.encode(), digest_size=8).hexdigest()
+
+    def staging(self) -> str:
+        """A fresh local folder for this pass's staged engine input, under `pending_root` (earlier
+        passes' and killed runs' leftovers are removed first; the output's lock keeps runs apart)."""
+        self.remove_staging()
+        folder = self.pending_root / uuid.uuid4().hex
+        folder.mkdir(parents=True)
+        return str(folder)
 
     def remove_staging(self) -> None:
-        if self.local:
-            shutil.rmtree(Path(self.root) / PENDING, ignore_errors=True)
-        elif getattr(self, "_staging", None):
-            shutil.rmtree(self._staging, ignore_errors=True)
+        shutil.rmtree(self.pending_root, ignore_errors=True)
 
     def manifest(self) -> dict:
         path = posixpath.join(self.root, "manifest.json")

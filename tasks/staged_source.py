@@ -5,9 +5,14 @@ neither the driver nor the object store ever holds the whole input.
 A staged file's row groups are one engine batch each (tasks/staging.py writes them so); each read
 task yields exactly one of them as one block, which is one engine task, so answers come back a batch
 at a time. The files are on the driver's local disk, so the read tasks are pinned to the driver's
-node; they take a tenth of a CPU, because the CPU vLLM profile gives the engine the rest, and at
-most `READERS` run at once (a tenth of a CPU each would otherwise let Ray start ten worker processes
-per CPU for them).
+node. They ask for no CPU: the CPU vLLM profile gives the engine what there is, and a cluster's head
+(where a Ray Job's driver runs) has none to give (infra/ray/raycluster.yaml). At most `READERS` run
+at once; unbounded, tasks that take no whole CPU let Ray start a worker process per task.
+
+A driver connected over Ray Client (`ray://`) is on no node of the cluster, so no task can read its
+files: its input is put into the object store, a row group per object, all before the run starts.
+That holds the whole input in the cluster's object store (spilled to disk when full); a Ray Job
+(`SynthesisConfig.ray_job`) streams it.
 """
 
 from __future__ import annotations
@@ -39,18 +44,25 @@ class StagedSource(Datasource):
                 for path, group, rows in self.groups]
 
 
+def _read_group(path: str, group: int, columns: list[str]):
+    return pq.ParquetFile(path).read_row_group(group, columns=columns)
+
+
 def _reader(path: str, group: int, columns: list[str]):
     def read():
-        yield pq.ParquetFile(path).read_row_group(group, columns=columns)
+        yield _read_group(path, group, columns)
 
     return read
 
 
-def read_staged(paths: Sequence[str], columns: Sequence[str], num_cpus: float):
-    """A Dataset of the staged rows (`columns`), read on this process's node."""
+def read_staged(paths: Sequence[str], columns: Sequence[str]):
+    """A Dataset of the staged rows (`columns`), a row group per block."""
     import ray
+    import ray.util.client
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    source = StagedSource(paths, columns)
+    if ray.util.client.ray.is_connected():
+        return ray.data.from_arrow_refs([ray.put(_read_group(path, group, source.columns)) for path, group, _ in source.groups])
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    return ray.data.read_datasource(StagedSource(paths, columns), num_cpus=num_cpus, concurrency=READERS,
-                                    ray_remote_args={"scheduling_strategy": here})
+    return ray.data.read_datasource(source, num_cpus=0, concurrency=READERS, ray_remote_args={"scheduling_strategy": here})

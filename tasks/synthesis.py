@@ -6,10 +6,11 @@ cached. Only those are rendered and staged, in bounded Parquet files, for the en
 them inside a Ray Data pipeline (or in this process, for the reference engine); each finished group
 of answers is published as one shard. A row whose prompt cannot fit the engine's context is
 rejected before the engine (prompt_too_long); a row the engine fails on is recorded with its reason,
-so every planned row ends as a record. With `verify`, accepted rows get a second, cached call
-(tasks/verification.py: its own pass, one engine start). Then a second pass over the seeds derives the dual-view rows, the
-rejections and report.md for the current seeds, streaming, and the run is recorded in the manifest
-(its seed map in OUT/seed_map.parquet). When nothing changed since the last run (same seeds, same
+so every planned row ends as a record. With `verify`, a pass over the current records asks a second,
+cached question about every accepted row (tasks/verification.py; one engine start for all of them).
+Then a last pass over the seeds derives the dual-view rows, the rejections and report.md for the
+current seeds, streaming, and the run is recorded in the manifest (its seed map in
+OUT/seed_map.parquet). When nothing changed since the last run (same seeds, same
 shards, same settings) the derived files stand as they are. The driver holds one batch of seeds,
 the index and the pending rows' keys, never the data set. Killed at any moment, a re-run picks up
 exactly where the published shards end.
@@ -90,11 +91,14 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         seed_fingerprint = content_digest(unique_seeds(seed_map)["seed_key"].to_pylist())  # as a query_id -> key map
         outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         previous = manifest.get("summary", {})
-        if not staged.pending and not cfg.verify and previous.get("outputs_fingerprint") == outputs and _derived_exist(store):
-            derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")}
+        if (not staged.pending and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
+                and _derived_exist(store)):
+            derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")} | {"verify_retry": 0}
             progress(UNCHANGED)
         else:
             derived = _derive(seeds_path, storage_options, store, out_options, ask, costs, progress)
+            if cfg.verify:  # its pass may have published verdict shards
+                outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         summary = {
             "seeds": staged.validation,
             "synthesis_seeds": seed_map.num_rows,
@@ -116,10 +120,16 @@ def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: _Asking, previous: d
     """Whether the seed files and the cache are exactly as the last completed run left them (and it
     left nothing to retry), so this run has nothing to send and nothing to rewrite: decided from the
     files' fingerprint and the shards' names, without reading a seed or a record."""
-    return (not cfg.verify and previous.get("source_fingerprint") == source and "seed_fingerprint" in previous
+    return (_verdicts_final(cfg, previous) and previous.get("source_fingerprint") == source and "seed_fingerprint" in previous
             and not previous.get("outcomes", {}).get("by_reason", {}).get("engine_error")
             and previous.get("outputs_fingerprint") == _outputs_fingerprint(store, cfg, ask, previous["seed_fingerprint"])
             and _derived_exist(store))
+
+
+def _verdicts_final(cfg: SynthesisConfig, previous: dict) -> bool:
+    """Whether verification leaves nothing to ask again: off, or the last run's verdicts all final
+    (none failed transiently). Older manifests do not say, so they are asked."""
+    return not cfg.verify or previous.get("verify_retry") == 0
 
 
 def _unchanged_run(store: RecordStore, manifest: dict, start: float, progress: Progress) -> dict:
@@ -374,6 +384,11 @@ def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: _Asking,
 
     parts = [seed_fingerprint, store.shard_names(), store.shard_names(VERIFICATIONS), ask.version, ask.model_id,
              ask.sampling, cfg.per_negative, cfg.max_error_runs, cfg.verify, cfg.limit]
+    if cfg.verify:  # what the verdicts' keys hold besides the rows
+        from tasks.verification import Verifier
+
+        verifier = Verifier.of(cfg)
+        parts += [verifier.version, verifier.sampling]
     return digest(canonical_json(parts))
 
 
@@ -436,4 +451,5 @@ def _derive(seeds_path: str, storage_options, store: RecordStore, out_options, a
     counts = {"accepted": accepted, "rejected": sum(rejected.values()), "by_reason": dict(sorted(rejected.items()))}
     sample = [r for reason in sorted(examples) for r in examples[reason]]
     report = store.write_text("report.md", render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id))
-    return {"dual_views": dual_views.rows, "rejected": counts["rejected"], "outcomes": counts, "report": report}
+    return {"dual_views": dual_views.rows, "rejected": counts["rejected"], "outcomes": counts, "report": report,
+            "verify_retry": verdicts.retry if verdicts else 0}

@@ -121,8 +121,9 @@ class Verdicts:
     """Step 2: each accepted record's verdict (after `ask_missing`, every one has a record)."""
 
     def __init__(self, verifier: Verifier, store: RecordStore):
-        self.verifier = verifier
+        self.verifier, self.retry = verifier, 0  # retry: verdicts that failed transiently and are asked again next run
         self.index = store.index(max_error_runs=1, folder=VERIFICATIONS)  # a key's first final verdict, else its latest failure
+        self.settled = store.index(verifier.cfg.max_error_runs, folder=VERIFICATIONS)  # what `ask_missing` will not ask again
 
     def apply(self, items: list[WorkItem], records: list[dict], costs: CostSummary) -> list[dict]:
         """`records` (aligned with `items`) with the accepted rows the verifier does not confirm rejected."""
@@ -138,6 +139,7 @@ class Verdicts:
             if check is None:
                 raise RuntimeError(f"accepted row {rec['cache_key']} has no verdict under {VERIFICATIONS}/ (key {key})")
             costs.add_verdict(check)
+            self.retry += check["rejection"] == Rejection.ENGINE_ERROR.value and key not in self.settled
             out.append(rec if check["rejection"] is None else {**rec, "rejection": Rejection.UNVERIFIED.value})
         return out
 

@@ -1,6 +1,6 @@
 """A local multi-node Ray cluster for integration tests: one `ray start --block` process per node
-(a head with the dashboard and its job API, and workers), each in its own process group, so a test
-can kill one node's raylet and the fixture can stop exactly its own nodes.
+(a head with the dashboard, its job API and a Ray Client server, and workers), each in its own
+process group, so a test can kill one node's raylet and the fixture can stop exactly its own nodes.
 
 Ray 2.60 rewrites a node IP of 127.0.0.1 to this host's own routable address
 (`resolve_ip_for_localhost`); the nodes still talk only to this machine.
@@ -23,7 +23,6 @@ from pathlib import Path
 
 import psutil
 
-
 RAY = str(Path(sys.executable).parent / "ray")
 
 
@@ -31,6 +30,7 @@ RAY = str(Path(sys.executable).parent / "ray")
 class LocalCluster:
     gcs_port: int
     dashboard: str  # http://127.0.0.1:<port>: the job API and the state API
+    client: str  # ray://127.0.0.1:<port>: the head's Ray Client server
     nodes: dict[str, subprocess.Popen] = field(default_factory=dict)  # custom resource name -> its `ray start`
 
     def node_ids(self) -> dict[str, str]:
@@ -75,10 +75,11 @@ class NodeExited(RuntimeError):
     """A node's `ray start` ended while the cluster was starting; the message quotes its log's last lines."""
 
 
-def start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float = 1, timeout: float = 180,
-                  attempts: int = 3) -> LocalCluster:
-    """A head ('head' resource) and one worker node per name, all on this machine. The nodes get this
-    process's environment, with its interpreter's folder first on PATH (a job runs `dualview`).
+def start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float = 1, head_cpus: float = 0,
+                  timeout: float = 180, attempts: int = 3) -> LocalCluster:
+    """A head ('head' resource; no CPU by default, as infra/ray/raycluster.yaml's head) and one worker
+    node per name, all on this machine. The nodes get this process's environment, with its
+    interpreter's folder first on PATH (a job runs `dualview`).
 
     Ports are picked free below the kernel's ephemeral range (see `_port`), yet something can still
     bind one before Ray does; a start whose node exits is retried with fresh ports and a fresh temp dir
@@ -88,35 +89,37 @@ def start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float 
         logs = log_dir / str(attempt)
         logs.mkdir(parents=True, exist_ok=True)
         try:
-            return _start_cluster(workers, logs, cpus_per_node, timeout)
+            return _start_cluster(workers, logs, cpus_per_node, head_cpus, timeout)
         except NodeExited as e:
             failures.append(f"attempt {attempt}: {e}")
             print(f"local Ray cluster, attempt {attempt} of {attempts} failed: {e}", file=sys.stderr)
     raise NodeExited("\n".join(failures))
 
 
-def _start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float, timeout: float) -> LocalCluster:
+def _start_cluster(workers: tuple[str, ...], log_dir: Path, cpus_per_node: float, head_cpus: float,
+                   timeout: float) -> LocalCluster:
     env = os.environ | {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
                         "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
                         # the head waits this long for its dashboard (Ray's default, 60 s, is short on a loaded 2-core box)
                         "RAY_DASHBOARD_STARTUP_TIMEOUT_S": str(int(timeout))}
     taken: set[int] = set()  # ports handed out in this start: a random pick can repeat
-    gcs, dash = _port(taken), _port(taken)
-    cluster = LocalCluster(gcs, f"http://127.0.0.1:{dash}")
-    def common() -> list[str]:  # several nodes on one host: every per-node port its own
+    gcs, dash, client = _port(taken), _port(taken), _port(taken)
+    cluster = LocalCluster(gcs, f"http://127.0.0.1:{dash}", f"ray://127.0.0.1:{client}")
+    def common(cpus: float) -> list[str]:  # several nodes on one host: every per-node port its own
         ports = ("--node-manager-port", "--object-manager-port", "--metrics-export-port", "--runtime-env-agent-port",
                  "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port")
-        return ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus_per_node), "--disable-usage-stats",
+        return ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus), "--disable-usage-stats",
                 *[arg for flag in ports for arg in (flag, str(_port(taken)))]]
 
     head = [RAY, "start", "--head", "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-            "--include-dashboard=true", "--temp-dir", tempfile.mkdtemp(prefix="dvray", dir="/tmp"),
-            "--resources", json.dumps({"head": 1}), *common()]
+            "--include-dashboard=true", "--ray-client-server-port", str(client),
+            "--temp-dir", tempfile.mkdtemp(prefix="dvray", dir="/tmp"), "--resources", json.dumps({"head": 1}),
+            *common(head_cpus)]
     try:
         cluster.nodes["head"] = _start(head, env, log_dir / "head.log")
         _wait_joined(cluster, log_dir, timeout)
         for name in workers:  # one at a time: on 2 cores, nodes starting together time out
-            cmd = [RAY, "start", "--address", f"127.0.0.1:{gcs}", "--resources", json.dumps({name: 1}), *common()]
+            cmd = [RAY, "start", "--address", f"127.0.0.1:{gcs}", "--resources", json.dumps({name: 1}), *common(cpus_per_node)]
             cluster.nodes[name] = _start(cmd, env, log_dir / f"{name}.log")
             _wait_joined(cluster, log_dir, timeout)
     except BaseException:
@@ -142,6 +145,8 @@ def _port(taken: set[int]) -> int:
     connections draw from: a port picked there can be taken by any client on this machine before the
     node binds it (a port from `bind(0)` is in that range)."""
     low = min(int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]), 32768)
+    if low <= 21000:
+        raise RuntimeError(f"the ephemeral port range starts at {low}: no room for the cluster's ports above Ray's worker ports")
     while True:
         port = random.randrange(20000, low)
         if port in taken:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections import Counter
 
 import pytest
 from aiohttp import web
@@ -235,7 +236,7 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
     import tasks.engines
     import tasks.synthesis
     from dualview_core.config import SynthesisConfig, ValidationConfig
-    from tasks.synthesis import run_synthesis
+    from tasks.synthesis import UNCHANGED, run_synthesis
 
     # seeds in batches of 8 (4 batches), and every engine the run builds counted: verification
     # walks the batches but starts its engine once, for all of them
@@ -258,10 +259,11 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
             results[honours] = (summary, views, rejections, writer.calls)
             assert built == ([cfg.sampling, cfg.verify_sampling] if honours else [cfg.sampling])
             built.clear()
-            if honours:
-                again = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
+            if honours:  # unchanged, and every verdict final: nothing is asked, read or rewritten
+                lines: list[str] = []
+                again = run_synthesis(seeds, str(out), cfg, progress=lines.append)
                 assert writer.calls == results[honours][3] and again["cost"]["verify_rows"] == 0
-                assert again["outcomes"] == summary["outcomes"] and built == []
+                assert again["outcomes"] == summary["outcomes"] and built == [] and UNCHANGED in lines
     finally:
         for loop, runner in started:
             asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
@@ -366,3 +368,74 @@ def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
         assert sorted(tally.rows[endpoint]) == sorted(k for k in keys if endpoint_index(k, 1, 2) == endpoint)
         assert tally.rows[endpoint]
     assert 4 < tally.peak <= 8  # more than one actor's gate was open at once, and no more than two
+
+
+class FlakyVerifier(Writer):
+    """The Writer, but its verification requests for the seeds in `failing` answer 503 the first
+    `failures` times each (`failures` None: always)."""
+
+    def __init__(self, kinds, failing: set[int], failures: int | None):
+        super().__init__(kinds, honours_prefill=True)
+        self.failing, self.failures, self.failed = failing, failures, Counter()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        i, _ = self.kinds[user.split("\n", 1)[0].removeprefix("QUERY: ")]
+        verification = user.split("\n")[1].startswith("INSTRUCTION:")
+        if verification and i in self.failing and (self.failures is None or self.failed[i] < self.failures):
+            self.failed[i] += 1
+            self.calls += 1
+            return web.Response(status=503, text="overloaded")
+        self.calls += 1
+        return web.json_response({"choices": [{"message": {"role": "assistant", "content": self.reply(body)}}],
+                                  "usage": {"prompt_tokens": 700, "completion_tokens": 20}})
+
+
+@pytest.mark.slow
+def test_a_verdict_that_failed_is_asked_again_and_one_given_up_on_leaves_the_run_unchanged(tmp_path):
+    from dualview_core.config import SamplingConfig, SynthesisConfig
+    from tasks.synthesis import UNCHANGED, run_synthesis
+
+    seeds, kinds = thirty_seeds(tmp_path)
+    started: list = []
+
+    def run(out, cfg) -> tuple[dict, list[str]]:
+        lines: list[str] = []
+        return run_synthesis(seeds, str(out), cfg, progress=lines.append), lines
+
+    try:
+        # three verdicts fail once; three failed runs allowed: the next run asks them again, then all is final
+        flaky = FlakyVerifier(kinds, failing={0, 2, 4}, failures=1)
+        cfg = SynthesisConfig(engine="openai", verify=True, shard_rows=8, max_error_runs=3, openai=OpenAIEngineConfig(
+            base_url=serve(flaky.handle, started), model="scripted", concurrency=4, max_attempts=1))
+        out = tmp_path / "flaky"
+        first, _ = run(out, cfg)
+        assert first["verify_retry"] == 3 and first["cost"]["verify_rows"] == 23
+        calls = flaky.calls
+        second, lines = run(out, cfg)
+        assert UNCHANGED not in lines and flaky.calls - calls == 3 and second["cost"]["verify_rows"] == 3
+        assert second["verify_retry"] == 0 and second["outcomes"]["by_reason"]["unverified"] == 11  # the odd seeds
+        calls = flaky.calls
+        third, lines = run(out, cfg)
+        assert UNCHANGED in lines and flaky.calls == calls and third["outcomes"] == second["outcomes"]
+        # a new verification sampling is a new verdict for every accepted row
+        resampled = cfg.model_copy(update={"verify_sampling": SamplingConfig(max_tokens=40, prefill="<verdict>",
+                                                                             stop=("</verdict>",))})
+        fourth, lines = run(out, resampled)
+        assert UNCHANGED not in lines and fourth["cost"]["verify_rows"] == 23
+
+        # a verdict that always fails, with one failed run allowed: given up on, and the run is unchanged after
+        broken = FlakyVerifier(kinds, failing={0}, failures=None)
+        cfg = cfg.model_copy(update={"max_error_runs": 1, "openai": cfg.openai.model_copy(
+            update={"base_url": serve(broken.handle, started)})})
+        out = tmp_path / "broken"
+        first, _ = run(out, cfg)
+        assert first["verify_retry"] == 0 and first["outcomes"]["by_reason"]["unverified"] == 12  # 11 + the broken one
+        calls = broken.calls
+        _, lines = run(out, cfg)
+        assert UNCHANGED in lines and broken.calls == calls
+    finally:
+        for loop, runner in started:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
+            loop.call_soon_threadsafe(loop.stop)

@@ -2,9 +2,11 @@
 processes), submitted as a Ray Job by the Prefect flow, outputs on moto S3, answers from the
 session's vLLM server.
 
-One run spreads its engine actors over the nodes; a worker node's raylet is SIGKILLed while rows are
-still unanswered; the run completes, or a second submission does, with every planned row recorded
-exactly once. A job that fails is a failed flow run whose message quotes the job's last log lines.
+The head has no CPU, as on the cluster (infra/ray/raycluster.yaml): the job's driver runs there, and
+so do the tasks that read its staged input. One run spreads its engine actors over the nodes; a
+worker node's raylet is SIGKILLed while rows are still unanswered; the run completes, or a second
+submission does, with every planned row recorded exactly once. A job that fails is a failed flow
+run whose message quotes the job's last log lines.
 """
 
 from __future__ import annotations
