@@ -26,7 +26,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import posixpath
 import shutil
 import tempfile

@@ -27,7 +27,7 @@ SHARD_ROWS = 512
 
 def realistic_seeds(path: Path) -> int:
     """Every eligible sample seed (MS MARCO-sized passages) in VARIANTS distinct variants."""
-    rows = [json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    rows = [json.loads(line) for line in Path(samples.seeds_path()).read_text(encoding="utf-8").splitlines()]
     eligible = [r for r in rows if r["has_instruction"] and r["new_negatives"]]
     with open(path, "w", encoding="utf-8") as out:
         for k in range(VARIANTS):
