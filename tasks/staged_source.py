@@ -1,6 +1,6 @@
 """Staged engine input as a Ray Data source: one read task per row group, so the engine's input
 streams into the pipeline as it is consumed (Ray Data's backpressure decides how far ahead) and
-neither the driver nor the object store ever holds the whole input.
+neither the driver nor the object store holds the whole input (except over Ray Client, below).
 
 A staged file's row groups are one engine batch each (tasks/staging.py writes them so); each read
 task yields exactly one of them as one block, which is one engine task, so answers come back a batch

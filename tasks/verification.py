@@ -46,6 +46,11 @@ class Verifier:
     model_id: str
     sampling: dict
 
+    @property
+    def pass_cfg(self) -> SynthesisConfig:
+        """The run's config with the verification sampling: what the engine is built from."""
+        return self.cfg.model_copy(update={"sampling": self.cfg.verify_sampling})
+
     @classmethod
     def of(cls, cfg: SynthesisConfig) -> Verifier:
         template = default_template()
@@ -68,8 +73,7 @@ class Verifier:
 def ask_missing(current: Current, verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
     """Step 1: every accepted row of `current` without a verdict is asked, all through one engine."""
     index = store.index(verifier.cfg.max_error_runs, folder=VERIFICATIONS)  # two columns per shard, not the records
-    pass_cfg = verifier.cfg.model_copy(update={"sampling": verifier.cfg.verify_sampling})
-    files, seen, accepted = StagedFiles(store.staging(), batch_rows(pass_cfg)), IdSet(), 0
+    files, seen, accepted = StagedFiles(store.staging(), batch_rows(verifier.pass_cfg)), IdSet(), 0
     try:
         for items, records in current:
             asked = [(k, i, r) for k, i, r in zip(verifier.keys(items, records), items, records) if k is not None]
@@ -90,7 +94,7 @@ def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: 
     from tasks.progress import Meter, waiting
 
     cfg = verifier.cfg
-    pass_cfg = cfg.model_copy(update={"sampling": cfg.verify_sampling})
+    pass_cfg = verifier.pass_cfg
     model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir) if cfg.engine == "vllm" else None
     info = PendingInfo(paths, [], list(INFO))
     shards = ShardWriter(store, cfg.shard_rows, VERIFICATIONS)

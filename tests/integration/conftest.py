@@ -20,6 +20,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve(handler, started: list) -> str:
+    """An OpenAI-shaped chat endpoint on 127.0.0.1 answering with `handler` (an aiohttp handler), on its
+    own event loop in a thread; its (loop, runner) is appended to `started` for `stop_serving`."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    port = free_port()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    started.append((loop, runner))
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def stop_serving(started: list) -> None:
+    """Stop every endpoint `serve` started into `started`."""
+    import asyncio
+
+    for loop, runner in started:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+
+
 def running_with(arg: str) -> bool:
     """Whether any process has `arg` as one of its command-line arguments (Linux /proc)."""
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

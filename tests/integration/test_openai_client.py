@@ -12,7 +12,7 @@ from aiohttp import web
 
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig
 from tasks.openai_client import ChatClient
-from tests.integration.conftest import free_port
+from tests.integration.conftest import free_port, serve, stop_serving
 
 pytestmark = pytest.mark.integration
 SECRET = "sk-test-do-not-leak-1234"
@@ -58,9 +58,7 @@ def server():
 
     started: list = []
     yield start
-    for loop, runner in started:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
-        loop.call_soon_threadsafe(loop.stop)
+    stop_serving(started)
 
 
 def complete(base_url: str | None, rows: int = 1, **cfg) -> list[dict]:
@@ -213,20 +211,6 @@ def start_writer(writer: Writer, started: list) -> str:
     return serve(writer.handle, started)
 
 
-def serve(handler, started: list) -> str:
-    """An OpenAI-shaped chat endpoint on 127.0.0.1 answering with `handler`, on its own event loop."""
-    port = free_port()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handler)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    started.append((loop, runner))
-    return f"http://127.0.0.1:{port}/v1"
-
-
 @pytest.mark.slow
 def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_or_not(tmp_path, monkeypatch):
     import functools
@@ -265,9 +249,7 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
                 assert writer.calls == results[honours][3] and again["cost"]["verify_rows"] == 0
                 assert again["outcomes"] == summary["outcomes"] and built == [] and UNCHANGED in lines
     finally:
-        for loop, runner in started:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
-            loop.call_soon_threadsafe(loop.stop)
+        stop_serving(started)
 
     scratch, views, rejections, calls = results[False]
     assert calls == 30 and scratch["outcomes"] == {"accepted": 23, "rejected": 7, "by_reason": {"no_answer": 7}}
@@ -309,9 +291,7 @@ def test_an_old_format_cache_is_reused_with_no_new_calls(tmp_path):
         calls = writer.calls
         again = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
     finally:
-        for loop, runner in started:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
-            loop.call_soon_threadsafe(loop.stop)
+        stop_serving(started)
     assert calls == 6 and writer.calls == 6 and again["plan"]["cached"] == 6 and again["cost"]["engine_rows"] == 0
     assert again["outcomes"] == first["outcomes"]
     rejections = pq.read_table(out / "rejections.parquet").to_pylist()
@@ -358,9 +338,7 @@ def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
         batches = OpenAIEngine(cfg).transform(ray.data.from_items(rows)).iter_batches(batch_size=64, batch_format="pyarrow")
         out = [r for batch in batches for r in batch.to_pylist()]
     finally:
-        for loop, runner in started:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
-            loop.call_soon_threadsafe(loop.stop)
+        stop_serving(started)
     keys = [r["cache_key"] for r in out]
     assert sorted(keys) == sorted(r["cache_key"] for r in rows)  # every row once, none twice
     assert all(r["error"] is None and r["raw_response"] == "ok" and r["attempts"] == 1 for r in out)
@@ -436,6 +414,4 @@ def test_a_verdict_that_failed_is_asked_again_and_one_given_up_on_leaves_the_run
         _, lines = run(out, cfg)
         assert UNCHANGED in lines and broken.calls == calls
     finally:
-        for loop, runner in started:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=5)
-            loop.call_soon_threadsafe(loop.stop)
+        stop_serving(started)

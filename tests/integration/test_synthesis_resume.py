@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from dualview_core import samples
-from tests.integration.conftest import free_port
+from tests.integration.conftest import serve, stop_serving
 
 VARIANTS = 64  # x 66 eligible sample seeds = 4,224 rows
 SHARD_ROWS = 512
@@ -53,17 +52,9 @@ def endpoint():
         return web.json_response({"choices": [{"message": {"role": "assistant", "content": text}}],
                                   "usage": {"prompt_tokens": 900, "completion_tokens": 20}})
 
-    port = free_port()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handle)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{port}/v1"
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
-    loop.call_soon_threadsafe(loop.stop)
+    started: list = []
+    yield serve(handle, started)
+    stop_serving(started)
 
 
 def cli(seeds: Path, out: Path, endpoint: str) -> list[str]:
