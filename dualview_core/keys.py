@@ -16,6 +16,8 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 
+import orjson
+
 KEY_FIELDS = (
     "query_id",
     "query",
@@ -50,7 +52,14 @@ def _canonical_seed(row: Mapping) -> list:
 
 def seed_key(row: Mapping) -> str:
     """The content key of a normalised seed row (contracts.SEED_ROW fields; `seed_key` ignored)."""
-    return digest(canonical_json(_canonical_seed(row)))
+    return digest(seed_bytes(row))
+
+
+def seed_bytes(row: Mapping) -> bytes:
+    """What a seed key hashes: `canonical_json(_canonical_seed(row))`, written by orjson, which gives the
+    same bytes for strings and booleans (every code point is checked in a test) several times faster.
+    A lone surrogate raises TypeError (UnicodeEncodeError in `canonical_json`)."""
+    return orjson.dumps(_canonical_seed(row))
 
 
 def content_digest(keys: Iterable[str]) -> str:

@@ -69,3 +69,24 @@ def test_content_digest_is_order_independent_and_content_sensitive():
     assert content_digest(["b", "a", "c"]) == content_digest(["c", "b", "a"])
     assert content_digest(["a", "b"]) != content_digest(["a", "b", "c"])
     assert content_digest(["ab"]) != content_digest(["a", "b"])
+
+
+def test_seed_bytes_are_the_canonical_json_for_every_code_point():
+    """orjson writes the key's bytes; they must be `canonical_json`'s, or every cached key would move."""
+    from dualview_core.keys import _canonical_seed, canonical_json, seed_bytes
+
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]  # escaping is per character
+    for start in range(0, len(points), 4096):
+        text = "".join(points[start:start + 4096])
+        row = {"query_id": text, "query": text[::-1], "instruction": "", "has_instruction": start % 2 == 0,
+               "positives": [{"doc_id": "d", "title": text, "text": "t"}], "negatives": [], "instruction_negatives": []}
+        assert seed_bytes(row) == canonical_json(_canonical_seed(row)), f"code points from {start:#x}"
+
+
+def test_a_lone_surrogate_cannot_be_keyed():
+    from dualview_core.keys import seed_bytes
+
+    row = {"query_id": "q\ud800", "query": "q", "instruction": "", "has_instruction": False,
+           "positives": [], "negatives": [], "instruction_negatives": []}
+    with pytest.raises(TypeError):
+        seed_bytes(row)
