@@ -3,12 +3,16 @@
 An engine turns rows `{cache_key, messages, query_id, query, target_doc_id}` (the rendered prompt,
 and which seed and which instruction negative N* it is about) into rows `{cache_key, raw_response,
 prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
-`dualview_core.synthesis.EngineResult`). LLM engines read only the messages; `answers(rows, n)`
-yields complete result rows `n` at a time. `rows` is a list, or `StagedRows`: the input staged in
-bounded Parquet files in row groups of one engine batch (`batch_rows`), which a Ray Data engine reads
-a row group per task as the pipeline consumes them (tasks/staged_source.py) and the reference engine
-reads a file at a time, so the driver never holds the whole input, and Ray's object store holds it
-only for a driver connected over Ray Client (see tasks/staged_source.py).
+`dualview_core.synthesis.EngineResult`). LLM engines read only the messages. The input is
+`StagedRows`: rows staged in bounded Parquet files in row groups of one engine batch (`batch_rows`),
+with more columns than the engine reads. `judged(staged, columns, stage, *args)` sends them through
+the engine and then through `stage(*args)`, a callable from result rows (with the staged `columns`
+carried through the engine next to them) to a table, e.g. the records of tasks/judging.py; it yields
+the stage's tables as batches finish. A Ray Data engine reads a row group per task as the pipeline
+consumes them (tasks/staged_source.py) and runs the stage as Ray Data actors after it, so the driver
+holds neither the input nor the answers, only the stage's output; the object store holds the input
+only for a driver connected over Ray Client (see tasks/staged_source.py). The reference engine
+answers (`answers`) and judges in this process, a staged file at a time.
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
@@ -37,17 +41,19 @@ Rows an engine still fails on come back as error rows; `result_row` gives each o
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from dualview_core.config import SamplingConfig, SynthesisConfig
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import ray.data
 
 RESULT_COLUMNS = ("cache_key", "raw_response", "prompt_tokens", "completion_tokens", "latency_s", "attempts", "error")
 HELPER_CPUS = 0.1
+JUDGES = 4  # most actors of the stage after the engine (it starts with one)
 OPENAI_BATCHES_IN_FLIGHT = 4  # every non-engine stage on the CPU profile: on 2 cores, whole CPUs deadlock
 # Non-secret variables the engine's Ray workers need; secrets stay in the workers' own environment.
 PASSTHROUGH_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
@@ -62,21 +68,13 @@ class StagedRows:
 
     paths: tuple[str, ...]
 
-    def table(self, i: int):
-        import pyarrow.parquet as pq
-
-        return pq.read_table(self.paths[i], columns=list(ENGINE_INPUT))
-
-    def __iter__(self) -> Iterator[dict]:
-        for i in range(len(self.paths)):
-            yield from self.table(i).to_pylist()
-
 
 class Engine(Protocol):
     model_id: str
 
-    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
-        """Complete result rows (`result_row`) for `rows`, a list at a time as the engine finishes them."""
+    def judged(self, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
+        """`stage(*args)` (result rows with the staged `columns` -> a table) after the engine; its
+        tables as the engine finishes batches (see the module's docstring)."""
         ...
 
 
@@ -85,24 +83,25 @@ class _RayDataEngine:
 
     cfg: SynthesisConfig
 
-    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+    def transform(self, ds: ray.data.Dataset, carry: Sequence[str] = ()) -> ray.data.Dataset:
+        """The engine's stages; each output row keeps the input's `carry` columns as they were."""
         raise NotImplementedError
 
-    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
-        import ray
+    def judged(self, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
+        """`stage(*args)` applied, in a Ray Data stage after the engine, to each engine batch's result
+        rows (`result_row`) with the staged `columns` carried through the engine next to them; its
+        output tables as they are done. What the driver gets back is the stage's output only."""
+        from ray.data import ActorPoolStrategy
 
         from tasks.ray_runtime import ensure_ray
+        from tasks.staged_source import read_staged
 
         ensure_ray(self.cfg.ray_address)
-        if isinstance(rows, StagedRows):  # read as the engine takes them, a row group (one batch) per block
-            from tasks.staged_source import read_staged
-
-            source = read_staged(rows.paths, ENGINE_INPUT)
-        else:
-            source = ray.data.from_items(list(rows))
-        ds = self.transform(source)
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):  # each block as it is done
-            yield [result_row(r) for r in batch.to_pylist()]
+        carry = [c for c in columns if c not in ("cache_key", "messages")]
+        ds = self.transform(read_staged(staged.paths, [*ENGINE_INPUT, *(c for c in carry if c not in ENGINE_INPUT)]), carry)
+        ds = ds.map_batches(_AfterEngine, fn_constructor_args=(stage, args), batch_size=None, batch_format="pyarrow",
+                            compute=ActorPoolStrategy(min_size=1, max_size=JUDGES), num_cpus=HELPER_CPUS)
+        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 
 def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:
@@ -138,6 +137,28 @@ def result_row(row: dict) -> dict:
         "attempts": row.get("attempts") or 1,
         "error": str(error)[:500] if error else None,
     }
+
+
+class _AfterEngine:
+    """The Ray Data stage after an engine: its rows made complete (`result_row`), then `stage`."""
+
+    def __init__(self, stage: type, args: tuple):
+        self.stage = stage(*args)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return self.stage([{**row, **result_row(row)} for row in batch.to_pylist()])
+
+
+def judged_here(engine, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
+    """`_RayDataEngine.judged` for an engine that answers in this process: a staged file at a time."""
+    import pyarrow.parquet as pq
+
+    judge = stage(*args)
+    wanted = [*ENGINE_INPUT, *(c for c in columns if c not in ENGINE_INPUT)]
+    for path in staged.paths:
+        rows = {r["cache_key"]: r for r in pq.read_table(path, columns=wanted).to_pylist()}
+        for results in engine.answers(list(rows.values())):
+            yield judge([{**rows[r["cache_key"]], **r} for r in results])
 
 
 PromptCounter = Callable[[list[dict]], int]
@@ -205,21 +226,23 @@ class VLLMEngine(_RayDataEngine):
             runtime_env={"env_vars": env}, **extra,
         )
 
-    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+    def transform(self, ds: ray.data.Dataset, carry: Sequence[str] = ()) -> ray.data.Dataset:
         from ray.data.llm import build_processor
 
         sampling = self.cfg.sampling
         params = sampling.engine_params()
         prefill = sampling.prefill
         small = {"num_cpus": HELPER_CPUS} if self.cfg.vllm.cpu else {}
+        carry = list(carry)
 
-        def pre(row: dict) -> dict:
+        def pre(row: dict) -> dict:  # the processor's stages keep the carried columns; a failed row keeps all
             return {"cache_key": row["cache_key"], "messages": with_prefill(list(row["messages"]), sampling),
-                    "sampling_params": params}
+                    "sampling_params": params, **{k: row[k] for k in carry}}
 
         def post(row: dict) -> dict:
             error = row.get("__inference_error__") or None
             return {
+                **{k: row[k] for k in carry},
                 "cache_key": row["cache_key"],
                 "raw_response": None if error else prefill + (row.get("generated_text") or ""),
                 "prompt_tokens": row.get("num_input_tokens"),
@@ -239,7 +262,7 @@ class OpenAIEngine(_RayDataEngine):
         self.cfg = cfg
         self.model_id = cfg.openai.model
 
-    def transform(self, ds: ray.data.Dataset) -> ray.data.Dataset:
+    def transform(self, ds: ray.data.Dataset, carry: Sequence[str] = ()) -> ray.data.Dataset:
         from ray.data import ActorPoolStrategy
 
         from tasks.openai_client import OpenAIStage
@@ -247,7 +270,7 @@ class OpenAIEngine(_RayDataEngine):
         o = self.cfg.openai
         return ds.map_batches(
             OpenAIStage,
-            fn_constructor_kwargs={"cfg": o, "sampling": self.cfg.sampling},
+            fn_constructor_kwargs={"cfg": o, "sampling": self.cfg.sampling, "carry": list(carry)},
             batch_size=o.concurrency,  # one wave per batch; several batches in flight (async stage)
             batch_format="pyarrow",
             compute=ActorPoolStrategy(size=o.actors),  # each actor: its own session, `concurrency` in flight
@@ -287,6 +310,9 @@ class ReferenceEngine:
         if out:
             yield out
 
+    def judged(self, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
+        return judged_here(self, staged, columns, stage, *args)
+
 
 ENGINES: dict[str, Callable[[SynthesisConfig, str | None], Engine]] = {
     "vllm": lambda cfg, model_path: VLLMEngine(cfg, model_path or cfg.vllm.model),
@@ -308,7 +334,8 @@ def batch_rows(cfg: SynthesisConfig) -> int:
     return REFERENCE_BATCH_ROWS
 
 
-def answer_batches(cfg: SynthesisConfig, model_path: str | None, rows: Iterable[dict]) -> Iterator[list[dict]]:
-    """Send rows `{cache_key, messages, ...}` through the configured engine; yield lists of complete
-    result rows (`result_row`) as the engine finishes them (one engine batch each, about)."""
-    yield from make_engine(cfg, model_path).answers(rows)
+def judged(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, columns: Sequence[str], stage: type,
+           *args) -> Iterator[pa.Table]:
+    """Send the staged rows through the configured engine and `stage(*args)` after it (see
+    `_RayDataEngine.judged`); yield the stage's tables as the engine finishes batches."""
+    yield from make_engine(cfg, model_path).judged(staged, columns, stage, *args)

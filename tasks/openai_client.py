@@ -143,12 +143,15 @@ class OpenAIStage:
     async `__call__`, so Ray Data keeps several batches in flight on the actor and the shared gate
     keeps the actor at exactly `concurrency` requests, with no gap between batches."""
 
-    def __init__(self, cfg: OpenAIEngineConfig, sampling: SamplingConfig):
-        self.client = ChatClient(cfg, sampling)
+    def __init__(self, cfg: OpenAIEngineConfig, sampling: SamplingConfig, carry: list[str] | None = None):
+        self.client, self.carry = ChatClient(cfg, sampling), carry or []
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.select(["cache_key", "messages"]).to_pylist()
-        return pa.Table.from_pylist(await self.client.complete_all(rows), schema=RESULT_SCHEMA)
+        out = pa.Table.from_pylist(await self.client.complete_all(rows), schema=RESULT_SCHEMA)  # in input order
+        for name in self.carry:
+            out = out.append_column(name, batch[name])
+        return out
 
 
 RESULT_SCHEMA = pa.schema([

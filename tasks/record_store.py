@@ -95,18 +95,25 @@ class ShardWriter:
     run asks again."""
 
     def __init__(self, store: RecordStore, rows: int, folder: str = RECORDS):
-        self.store, self.rows, self.folder, self.pending = store, rows, folder, []
+        self.store, self.rows, self.folder = store, rows, folder
+        self.pending: list[pa.Table] = []
+        self.held = 0  # rows in `pending`
 
-    def add(self, records: list[dict]) -> None:
-        self.pending.extend(records)
-        while len(self.pending) >= self.rows:
-            self.store.write_shard(self.pending[: self.rows], self.folder)
-            del self.pending[: self.rows]
+    def add(self, records: list[dict] | pa.Table) -> None:
+        table = records if isinstance(records, pa.Table) else pa.Table.from_pylist(records, schema=SYNTHESIS_RECORD)
+        self.pending.append(conform(table, SYNTHESIS_RECORD, what="records"))
+        self.held += table.num_rows
+        if self.held >= self.rows:
+            rest = pa.concat_tables(self.pending)
+            while rest.num_rows >= self.rows:
+                self.store.write_shard(rest.slice(0, self.rows), self.folder)
+                rest = rest.slice(self.rows)
+            self.pending, self.held = [rest], rest.num_rows
 
     def close(self) -> None:
-        if self.pending:
-            self.store.write_shard(self.pending, self.folder)
-            self.pending = []
+        if self.held:
+            self.store.write_shard(pa.concat_tables(self.pending), self.folder)
+        self.pending, self.held = [], 0
 
 
 class RecordStore:
@@ -139,11 +146,11 @@ class RecordStore:
         tables = [self.read_shard(s, INDEX_COLUMNS) for s in shards]
         return ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs))
 
-    def write_shard(self, rows: list[dict], folder: str = RECORDS) -> str:
+    def write_shard(self, rows: list[dict] | pa.Table, folder: str = RECORDS) -> str:
         """Publish one shard atomically (written under a temporary name, then renamed)."""
         name = f"part-{uuid.uuid4().hex}.parquet"
-        write_table(self.path(f"{folder}/{name}"), pa.Table.from_pylist(rows, schema=SYNTHESIS_RECORD),
-                    SYNTHESIS_RECORD, self.options)
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=SYNTHESIS_RECORD)
+        write_table(self.path(f"{folder}/{name}"), table, SYNTHESIS_RECORD, self.options)
         return name
 
     def write_text(self, name: str, text: str) -> str:

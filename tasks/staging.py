@@ -3,8 +3,9 @@
 A pass over the seeds renders the rows an engine still has to answer and stages them here, about
 `STAGE_ROWS` rows a file in row groups of one engine batch, together with what a record of each row
 needs. Then one engine reads every file (one engine start for the whole pass; a Ray Data engine
-reads a row group per task, tasks/staged_source.py), and `PendingInfo` gives each answer its row's
-info back by cache key, reading the files rather than holding the rows.
+reads a row group per task, tasks/staged_source.py, and carries that info through to the stage
+after it). `PendingInfo` notes which rows came back, and gives a row's info back by cache key where
+this process needs it, reading the files rather than holding the rows.
 """
 
 from __future__ import annotations
@@ -75,11 +76,17 @@ class PendingInfo:
             self._loaded = (i, self._table(i, self.columns))
         return self._loaded[1]
 
-    def take(self, keys: list[str]) -> list[dict]:
+    def mark(self, keys: list[str]) -> np.ndarray:
+        """Note `keys` as answered; returns where their rows are."""
         at = self.index.lookup(keys)
         if (at < 0).any():
             raise RuntimeError(f"the engine answered a row that was not sent: {keys[int(np.argmax(at < 0))]}")
         self.answered[at] = True
+        return at
+
+    def take(self, keys: list[str]) -> list[dict]:
+        """The rows of `keys` (noted as answered)."""
+        at = self.mark(keys)
         files = np.searchsorted(self.starts, at, side="right") - 1
         out: list[dict | None] = [None] * len(keys)
         for i in np.unique(files):  # the file the last batch came from is usually the one loaded

@@ -3,8 +3,9 @@
 The run streams the seeds batch by batch (bad rows to OUT/quarantine.parquet) and decides from the
 cache index (two columns of the record shards, tasks/record_store.py) which calls are not yet
 cached. Only those are rendered and staged, in bounded Parquet files, for the engine, which reads
-them inside a Ray Data pipeline (or in this process, for the reference engine); each finished group
-of answers is published as one shard. A row whose prompt cannot fit the engine's context is
+them inside a Ray Data pipeline (or in this process, for the reference engine); a stage after the
+engine judges each batch of answers into records (tasks/judging.py), and this process publishes
+them in shards of `shard_rows`. A row whose prompt cannot fit the engine's context is
 rejected before the engine (prompt_too_long); a row the engine fails on is recorded with its reason,
 so every planned row ends as a record. With `verify`, a pass over the current records asks a second,
 cached question about every accepted row (tasks/verification.py; one engine start for all of them).
@@ -33,22 +34,13 @@ from dualview_core.dual_view import make_dual_view
 from dualview_core.io import TableWriter
 from dualview_core.keys import canonical_json, content_digest, digest
 from dualview_core.loading import stream_seeds
-from dualview_core.parsing import Rejection, judge
 from dualview_core.prompting import default_template, prompt_version, render
 from dualview_core.seeds import select_synthesis_seeds
 from dualview_core.sources import source_fingerprint
-from dualview_core.synthesis import (
-    CostSummary,
-    EngineResult,
-    WorkItem,
-    cache_key,
-    prompt_too_long,
-    record,
-    seed_fields,
-    targets,
-)
+from dualview_core.synthesis import CostSummary, WorkItem, cache_key, prompt_too_long, seed_fields, targets
 from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
 from tasks.engines import batch_rows
+from tasks.judging import Judging, RecordStage
 from tasks.progress import duration
 from tasks.record_store import RecordStore, ShardWriter
 from tasks.staging import PendingInfo, StagedFiles
@@ -56,8 +48,6 @@ from tasks.staging import PendingInfo, StagedFiles
 Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
 UNCHANGED = "synthesis: no change since the last run; its dual views, rejections and report stand"
-INFO = ("cache_key", "seed_key", "target_index", "query_id", "query", "instruction")  # what a record needs
-TARGET = ("target_title", "target_text")  # N*, for the geometry filter only
 
 
 def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_options: dict | None = None,
@@ -154,6 +144,12 @@ class _Asking:
     model_id: str
     sampling: dict
 
+    @property
+    def judging(self) -> Judging:
+        cfg = self.cfg
+        return Judging(self.version, self.model_id, self.sampling, cfg.guards,
+                       cfg.geometry_encoder if cfg.geometry_filter else None)
+
 
 class _Model:
     """The engine's model path and prompt counter, resolved at first need (a run with nothing to
@@ -181,7 +177,8 @@ class _Model:
 @dataclass
 class _Staged:
     """Pass one's result: the seed map, and the pending rows staged for the engine together with
-    what a record of each needs (INFO, TARGET columns), looked up by key as answers arrive."""
+    what a record of each needs (tasks/judging.py's INFO, TARGET columns), which the engine carries
+    through to the stage that judges its answers."""
 
     validation: dict = field(default_factory=dict)
     paths: tuple[str, ...] = ()  # engine input and each row's info
@@ -273,32 +270,37 @@ def _info(item: WorkItem, geometry: bool) -> dict:
 
 def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostSummary, progress: Progress,
                  model: _Model) -> None:
-    """A record for every pending item: rejected before the engine, answered, or failed. Progress
-    moves with every engine batch; records are published in shards of `shard_rows`."""
-    from tasks.engines import StagedRows, answer_batches, start_wait
+    """A record for every pending item: rejected before the engine, answered, or failed. Answers are
+    judged into records in a stage after the engine (tasks/judging.py); this process publishes them
+    in shards of `shard_rows`, and progress moves with every engine batch."""
+    from tasks.engines import StagedRows, judged, start_wait
     from tasks.progress import Meter, waiting
 
-    cfg = ask.cfg
-    info = PendingInfo(staged.paths, staged.too_long_info, list(INFO + TARGET) if cfg.geometry_filter else list(INFO))
+    cfg, judging = ask.cfg, ask.judging
+    info = PendingInfo(staged.paths, staged.too_long_info, judging.columns)
     meter = Meter("synthesis", staged.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
-    geometry = _geometry(cfg)
     shards = ShardWriter(store, cfg.shard_rows)
 
-    def record(results: list[dict]) -> int:
-        costs.mark_answers(len(results))
-        records = _records(results, info.take([r["cache_key"] for r in results]), ask, geometry)
-        for rec in records:
+    def publish(records: pa.Table) -> int:
+        costs.mark_answers(records.num_rows)
+        info.mark(records["cache_key"].to_pylist())
+        for rec in records.select(["rejection", "attempts", "prompt_tokens", "completion_tokens", "latency_s"]).to_pylist():
             costs.add(rec)
         shards.add(records)
-        return len(records)
+        return records.num_rows
+
+    def here(results: list[dict]) -> pa.Table:  # rows that never reached the engine: judged in this process
+        infos = info.take([r["cache_key"] for r in results])
+        return RecordStage(judging)([{**i, **r} for r, i in zip(results, infos)])
 
     if staged.too_long:
         progress(f"synthesis: {len(staged.too_long)} prompt(s) too long for the engine's context, rejected before sending")
-        meter.start(already=record(staged.too_long))
+        meter.start(already=publish(here(staged.too_long)))
     if staged.paths:
         with waiting("synthesis", *start_wait(cfg), progress) as wait:
-            for n, results in enumerate(answer_batches(cfg, model.path, StagedRows(staged.paths))):
-                answered = record(results)
+            batches = judged(cfg, model.path, StagedRows(staged.paths), judging.columns, RecordStage, judging)
+            for n, records in enumerate(batches):
+                answered = publish(records)
                 if n == 0:  # the rate counts from here: the engine answered this batch while it was starting
                     progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
                     meter.start(already=answered)
@@ -306,8 +308,8 @@ def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostS
                     meter.advance(answered, f"{costs.accepted} accepted")
     missing = info.unanswered()  # never left without a record (and retried later)
     if missing:
-        meter.advance(record([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
-                              for k in missing]), "engine returned no row for these")
+        meter.advance(publish(here([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
+                                    for k in missing])), "engine returned no row for these")
     shards.close()
 
 
@@ -334,47 +336,6 @@ def _fit(rows: list[dict], cfg: SynthesisConfig, model: _Model) -> tuple[list[di
         else:
             send.append(row)
     return send, rejected
-
-
-def _records(results: list[dict], infos: list[dict], ask: _Asking, geometry) -> list[dict]:
-    """SynthesisRecords for engine results, each with its pending row's info (INFO, TARGET columns)."""
-    judged = []
-    for r, info in zip(results, infos):
-        seed = {k: info[k] for k in ("seed_key", "query_id", "query", "instruction")}
-        item = WorkItem(seed, info["target_index"], r["cache_key"])
-        result = EngineResult(**{k: r[k] for k in EngineResult.__slots__ if k in r})
-        judged.append((item, info, result, judge(result.raw_response, seed["instruction"], seed["query"], ask.cfg.guards)))
-    deltas = geometry([(info, parsed) for _, info, _, parsed in judged]) if geometry else [None] * len(judged)
-    out = []
-    for (item, _, result, parsed), delta in zip(judged, deltas):
-        rec = record(item, result, parsed, prompt_version=ask.version, model_id=ask.model_id, sampling=ask.sampling,
-                     geometry_delta=delta)
-        if delta is not None and delta <= 0 and rec["rejection"] is None:
-            rec["rejection"] = Rejection.GEOMETRY.value
-        out.append(rec)
-    return out
-
-
-def _geometry(cfg: SynthesisConfig):
-    """A function [(info, parsed)] -> deltas (None where no instruction), or None when the filter is off."""
-    if not cfg.geometry_filter:
-        return None
-    from dualview_core.encoder import Encoder
-    from dualview_core.geometry import geometry_deltas
-
-    encoder = Encoder(cfg.geometry_encoder)
-
-    def deltas(judged: list) -> list[float | None]:
-        usable = [(i, info, parsed) for i, (info, parsed) in enumerate(judged) if parsed.instruction]
-        values = geometry_deltas(encoder, [info["query"] for _, info, _ in usable],
-                                 [parsed.instruction for _, _, parsed in usable],
-                                 [(info["target_title"], info["target_text"]) for _, info, _ in usable])
-        out: list[float | None] = [None] * len(judged)
-        for (i, _, _), value in zip(usable, values):
-            out[i] = value
-        return out
-
-    return deltas
 
 
 def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: _Asking, seed_fingerprint: str) -> str:

@@ -20,7 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from dualview_core.config import SynthesisConfig
+from dualview_core.contracts import SYNTHESIS_RECORD
 from dualview_core.id_set import IdSet
 from dualview_core.keys import canonical_json
 from dualview_core.parsing import Rejection
@@ -89,7 +92,7 @@ def ask_missing(current: Current, verifier: Verifier, store: RecordStore, costs:
 
 
 def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
-    from tasks.engines import StagedRows, answer_batches, start_wait
+    from tasks.engines import StagedRows, judged, start_wait
     from tasks.llm_models import resolve_llm
     from tasks.progress import Meter, waiting
 
@@ -99,17 +102,17 @@ def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: 
     info = PendingInfo(paths, [], list(INFO))
     shards = ShardWriter(store, cfg.shard_rows, VERIFICATIONS)
 
-    def publish(results: list[dict]) -> int:
-        shard = [_record(res, row, verifier) for res, row in zip(results, info.take([r["cache_key"] for r in results]))]
-        for rec in shard:
+    def publish(records: pa.Table) -> int:
+        info.mark(records["cache_key"].to_pylist())
+        for rec in records.select(["prompt_tokens", "completion_tokens"]).to_pylist():
             costs.add_verification_call(rec)
-        shards.add(shard)
-        return len(shard)
+        shards.add(records)
+        return records.num_rows
 
     meter = Meter("verification", len(info.answered), "rows", progress, every_s=10.0)
     with waiting("verification", *start_wait(pass_cfg), progress) as wait:
-        for n, results in enumerate(answer_batches(pass_cfg, model_path, StagedRows(paths))):
-            answered = publish(results)
+        for n, records in enumerate(judged(pass_cfg, model_path, StagedRows(paths), INFO, VerdictStage, verifier)):
+            answered = publish(records)
             if n == 0:
                 wait.stop()
                 meter.start(already=answered)
@@ -117,8 +120,19 @@ def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: 
                 meter.advance(answered)
     missing = info.unanswered()  # no row back: unverified now, asked again next run
     if missing:
-        publish([{"cache_key": k, "error": "engine returned no row", "attempts": 1} for k in missing])
+        publish(VerdictStage(verifier)([{**row, "error": "engine returned no row", "attempts": 1} for row in info.take(missing)]))
     shards.close()
+
+
+class VerdictStage:
+    """Verification answers with their staged INFO -> a SYNTHESIS_RECORD table: the stage after the
+    engine in the verification pass (`tasks.engines.judged`)."""
+
+    def __init__(self, verifier: Verifier):
+        self.verifier = verifier
+
+    def __call__(self, rows: list[dict]) -> pa.Table:
+        return pa.Table.from_pylist([_record(row, self.verifier) for row in rows], schema=SYNTHESIS_RECORD)
 
 
 class Verdicts:
@@ -148,18 +162,18 @@ class Verdicts:
         return out
 
 
-def _record(result: dict, row: dict, verifier: Verifier) -> dict:
-    """A SynthesisRecord for one verification answer (`row`: its staged INFO): rejection None
-    (confirmed) or why not."""
-    error = result.get("error")
-    rejection = error_rejection(error) if error else verdict_rejection(parse_verdict(result.get("raw_response")))
+def _record(row: dict, verifier: Verifier) -> dict:
+    """A SynthesisRecord for one verification answer (`row`: the result with its staged INFO):
+    rejection None (confirmed) or why not."""
+    error = row.get("error")
+    rejection = error_rejection(error) if error else verdict_rejection(parse_verdict(row.get("raw_response")))
     return {
-        "cache_key": result["cache_key"], "seed_key": row["seed_key"], "target_index": row["target_index"],
+        "cache_key": row["cache_key"], "seed_key": row["seed_key"], "target_index": row["target_index"],
         "prompt_version": verifier.version, "model_id": verifier.model_id,
         "sampling_params": canonical_json(verifier.sampling).decode(),
-        "raw_response": error or result.get("raw_response"), "instruction": row["instruction"],
+        "raw_response": error or row.get("raw_response"), "instruction": row["instruction"],
         "rejection": rejection.value if rejection else None, "geometry_delta": None,
-        "prompt_tokens": result.get("prompt_tokens"), "completion_tokens": result.get("completion_tokens"),
-        "latency_s": result.get("latency_s"), "attempts": result.get("attempts") or 1,
+        "prompt_tokens": row.get("prompt_tokens"), "completion_tokens": row.get("completion_tokens"),
+        "latency_s": row.get("latency_s"), "attempts": row.get("attempts") or 1,
         "query_id": row["query_id"], "query": row["query"], "original_instruction": row["original_instruction"],
     }

@@ -57,3 +57,20 @@ def test_shard_writer_publishes_full_shards_as_rows_arrive_and_the_rest_on_close
     assert sizes == [2, 3, 3] and keys == list("abcdefgh")
     shards.close()  # nothing left: no empty shard
     assert len(store.shard_names()) == 3
+
+
+def test_shard_writer_takes_record_tables_in_any_sizes(tmp_path):
+    import pyarrow as pa
+
+    from dualview_core.contracts import SYNTHESIS_RECORD
+    from tasks.record_store import ShardWriter
+
+    store = RecordStore(str(tmp_path))
+    shards = ShardWriter(store, rows=4)
+    keys = [f"k{i}" for i in range(11)]
+    for part in (keys[:1], keys[1:7], keys[7:7], keys[7:11]):  # 1, 6, 0 and 4 rows, as engine batches come
+        shards.add(pa.Table.from_pylist([rec(k) for k in part], schema=SYNTHESIS_RECORD))
+    assert sorted(t.num_rows for t in tables(store)) == [4, 4]
+    shards.close()
+    assert sorted(t.num_rows for t in tables(store)) == [3, 4, 4]
+    assert sorted(k for t in tables(store) for k in t.column("cache_key").to_pylist()) == sorted(keys)

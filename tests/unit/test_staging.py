@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks.staging import STAGE_ROWS, PendingInfo, StagedFiles
-from tasks.synthesis import INFO, TARGET
+from tasks.judging import INFO, TARGET
 
 
 def info(i: int) -> dict:
