@@ -274,9 +274,17 @@ class SynthesisConfig(_Config):
         "encoder pass per row; drops instructions the encoder reads the wrong way.",
     )
     geometry_encoder: str = Field("minilm", description="The frozen encoder for the geometry filter.")
+    count_prompt_tokens: bool = Field(
+        True, description="Count each prompt with the engine's tokenizer before sending it, and reject the rows "
+        "whose prompt + max_tokens cannot fit the context (prompt_too_long, no call). Off: no tokenizer pass over "
+        "the rows; the engine's own refusal of an over-long prompt is recorded as prompt_too_long instead, and a "
+        "prompt that fits but leaves less room than max_tokens gets a shorter answer.",
+    )
     limit: int | None = Field(None, gt=0, description="Use only the first N eligible seeds (smoke runs).")
     shard_rows: int = Field(
-        1024, gt=0, description="Rows per output shard. Smaller shards lose less work to a crash; more files."
+        1024, gt=0, description="Most rows per output shard (rounded down to whole engine batches; a small run "
+        "writes smaller ones, at least eight, so its progress moves). Smaller shards lose less work to a crash; "
+        "more files."
     )
     ray_address: str | None = Field(None, description="Ray cluster address; None starts a local Ray.")
     ray_job: RayJobConfig | None = Field(

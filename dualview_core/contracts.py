@@ -246,6 +246,24 @@ class Reason(StrEnum):
     UNKNOWN_REFERENCE = "unknown_reference"  # eval sets: qrels/top-ranked naming a missing id
 
 
+# One per seed source row, from a synthesis run's first pass to its driver (dualview_core/plan.py):
+# what only the whole source decides is decided from these, never from the rows themselves.
+PLAN_ROW = pa.schema(
+    [
+        pa.field("locator", pa.int64(), nullable=False),  # chunk << 32 | row in chunk (dualview_core.chunks)
+        pa.field("reason", pa.string(), nullable=True),  # a Reason value: quarantined; null: valid
+        pa.field("identity", pa.string(), nullable=True),  # valid rows: digest of (query_id, has_instruction)
+        pa.field("instruct", pa.bool_(), nullable=True),  # valid rows: has_instruction
+        pa.field("negatives", pa.bool_(), nullable=True),  # valid rows: has instruction negatives
+        pa.field("query_id", pa.string(), nullable=True),  # synthesis seeds only (null for other rows)
+        pa.field("seed_key", pa.string(), nullable=True),
+        pa.field("calls", pa.int32(), nullable=True),  # the calls the seed asks for (targets)
+        pa.field("staged", pa.list_(pa.string()), nullable=True),  # keys of calls not cached, staged for the engine
+        pa.field("recorded", pa.list_(pa.string()), nullable=True),  # keys recorded without the engine (too long)
+    ],
+    metadata={"contract": "PlanRow/1"},
+)
+
 QUARANTINE = pa.schema(
     [
         pa.field("source", pa.string(), nullable=False),

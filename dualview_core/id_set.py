@@ -21,7 +21,7 @@ import numpy as np
 DIGEST_BYTES = 12  # 24 hex characters
 
 
-def _digest(identity: str) -> bytes:
+def identity_digest(identity: str) -> bytes:
     return hashlib.blake2b(identity.encode(), digest_size=DIGEST_BYTES).hexdigest().encode()
 
 
@@ -35,7 +35,7 @@ class IdSet:
         return len(self._old) + len(self._new)
 
     def __contains__(self, identity: str) -> bool:
-        return self._has(_digest(identity))
+        return self._has(identity_digest(identity))
 
     def _has(self, d: bytes) -> bool:
         if d in self._new:
@@ -45,7 +45,7 @@ class IdSet:
 
     def add(self, identity: str) -> bool:
         """Add `identity`; False if it was already a member (one digest for the check and the add)."""
-        d = _digest(identity)
+        d = identity_digest(identity)
         if self._has(d):
             return False
         self._new.add(d)

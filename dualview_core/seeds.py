@@ -160,6 +160,20 @@ class ValidationReport:
     non_instruct: int = 0
     with_instruction_negatives: int = 0  # valid instruct rows eligible for synthesis
 
+    def count(self, result: dict | Rejected) -> None:
+        """Count one validated row (a SEED_ROW dict) or quarantined one."""
+        self.rows += 1
+        if isinstance(result, Rejected):
+            self.quarantined += 1
+            self.by_reason[result.reason.value] += 1
+        elif result["has_instruction"]:
+            self.valid += 1
+            self.instruct += 1
+            self.with_instruction_negatives += bool(result["instruction_negatives"])
+        else:
+            self.valid += 1
+            self.non_instruct += 1
+
     def as_dict(self) -> dict:
         return {
             "rows": self.rows,
@@ -172,12 +186,35 @@ class ValidationReport:
         }
 
 
-class SeedValidator:
-    """Validates a stream of raw rows; remembers ids across batches to catch duplicates.
+def validate(raw: RawRow, cfg: ValidationConfig) -> dict | Rejected:
+    """One raw row on its own: a SEED_ROW dict (with `seed_key`), or why it is quarantined. Every rule
+    but `duplicate_id`, which needs the rows before it (`SeedValidator`, `dualview_core.plan`)."""
+    try:
+        if raw.problem:
+            raise Invalid(*raw.problem)
+        return normalize(raw.value, cfg)
+    except Invalid as bad:
+        return rejected(raw, bad.reason, bad.detail)
 
-    Identity is (query_id, has_instruction): Promptriever's instruct row and its non-instruct
-    counterpart share a query_id, which is how the All-orig mixture pairs them.
-    """
+
+def rejected(raw: RawRow, reason: Reason, detail: str) -> Rejected:
+    query_id = raw.value.get("query_id") if isinstance(raw.value, Mapping) else None
+    return Rejected(raw.index, None if query_id is None else str(query_id), reason, detail, _raw_json(raw.value))
+
+
+def identity(row: Mapping) -> str:
+    """What a duplicate repeats: (query_id, has_instruction). Promptriever's instruct row and its
+    non-instruct counterpart share a query_id, which is how the All-orig mixture pairs them."""
+    return f"{row['query_id']}\x1f{int(row['has_instruction'])}"
+
+
+def duplicate(row: Mapping) -> tuple[Reason, str]:
+    return Reason.DUPLICATE_ID, f"query_id {row['query_id']} repeats (has_instruction={row['has_instruction']})"
+
+
+class SeedValidator:
+    """Validates a stream of raw rows; remembers identities across batches to catch duplicates (the
+    first valid row of an identity is kept, later ones are quarantined)."""
 
     def __init__(self, cfg: ValidationConfig | None = None):
         self.cfg = cfg or ValidationConfig()
@@ -185,32 +222,17 @@ class SeedValidator:
         self._seen = IdSet()  # every valid row's identity, compactly: millions of rows pass through
 
     def check(self, raw: RawRow) -> dict | Rejected:
-        self.report.rows += 1
-        try:
-            if raw.problem:
-                raise Invalid(*raw.problem)
-            row = normalize(raw.value, self.cfg)
-            identity = f"{row['query_id']}\x1f{int(row['has_instruction'])}"
-            if not self._seen.add(identity):  # remembered here: nothing after this rejects the row
-                raise Invalid(Reason.DUPLICATE_ID, f"query_id {row['query_id']} repeats (has_instruction={row['has_instruction']})")
-        except Invalid as bad:
-            self.report.quarantined += 1
-            self.report.by_reason[bad.reason.value] += 1
-            query_id = raw.value.get("query_id") if isinstance(raw.value, Mapping) else None
-            return Rejected(raw.index, None if query_id is None else str(query_id), bad.reason, bad.detail, _raw_json(raw.value))
-        self.report.valid += 1
-        if row["has_instruction"]:
-            self.report.instruct += 1
-            self.report.with_instruction_negatives += bool(row["instruction_negatives"])
-        else:
-            self.report.non_instruct += 1
-        return row
+        result = validate(raw, self.cfg)
+        if not isinstance(result, Rejected) and not self._seen.add(identity(result)):  # nothing after this rejects
+            result = rejected(raw, *duplicate(result))
+        self.report.count(result)
+        return result
 
     def batches(self, raw_batches: Iterable[list[RawRow]]) -> Iterator[tuple[pa.Table, list[Rejected]]]:
         """(valid rows as a SEED_ROW table, rejected rows) per input batch."""
         raw_batches = iter(raw_batches)
         while True:
-            with _acyclic():  # reading a batch into Python rows, validating them, back to Arrow
+            with acyclic():  # reading a batch into Python rows, validating them, back to Arrow
                 batch = next(raw_batches, None)
                 if batch is None:
                     return
@@ -223,7 +245,7 @@ class SeedValidator:
 
 
 @contextmanager
-def _acyclic() -> Iterator[None]:
+def acyclic() -> Iterator[None]:
     """Inside: the cycle collector is paused. For work that makes only acyclic objects (rows of
     dicts, lists and strings, freed by reference counting), which would otherwise set it off every
     few hundred rows to walk the whole heap. A third of validation's time at 20k rows."""

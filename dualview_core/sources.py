@@ -16,15 +16,11 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import fsspec
 import pyarrow as pa
-import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
-from dualview_core.contracts import Reason
+from dualview_core.chunks import Chunk, RawRow, cut, read_chunk
 
 PARQUET = (".parquet", ".pq")
 JSONL = (".jsonl", ".json", ".ndjson")
@@ -32,13 +28,6 @@ JSONL = (".jsonl", ".json", ".ndjson")
 
 class SourceError(Exception):
     """The source as a whole cannot be read: missing, unreadable, or an unsupported format."""
-
-
-@dataclass(frozen=True, slots=True)
-class RawRow:
-    index: int  # 0-based position across the whole source
-    value: Any  # the decoded row (a dict when well formed), or the raw text when `problem` is set
-    problem: tuple[Reason, str] | None = None
 
 
 def is_remote(path: str) -> bool:
@@ -102,62 +91,35 @@ def _kind_of(path: str) -> str:
     raise SourceError(f"{path}: unsupported format (expected .parquet, .jsonl or a dataset folder)")
 
 
-def iter_raw(path: str, storage_options: dict | None = None, batch_rows: int = 8192) -> Iterator[list[RawRow]]:
-    """Yield the source's rows in batches of at most `batch_rows`, numbered across files."""
+def chunks(path: str, storage_options: dict | None = None, **sizes) -> tuple[fsspec.AbstractFileSystem, list[Chunk]]:
+    """The source's filesystem and its chunks in order (`dualview_core.chunks`): what parallel readers share out."""
     fs, inner = filesystem(path, storage_options)
     kind, files = _files(fs, inner, path)
-    reader = {"parquet": _parquet_batches, "jsonl": _jsonl_batches, "hf": _arrow_stream_batches}[kind]
-    index = 0
-    for file in files:
-        try:
-            for values in reader(fs, file, batch_rows):
-                batch = [
-                    RawRow(index + i, v.value, v.problem) if isinstance(v, RawRow) else RawRow(index + i, v)
-                    for i, v in enumerate(values)
-                ]
-                index += len(batch)
-                yield batch
-        except (OSError, pa.ArrowException) as exc:
-            raise SourceError(f"{file}: unreadable ({exc})") from exc
-
-
-def _parquet_batches(fs, file: str, batch_rows: int) -> Iterator[list]:
-    with fs.open(file, "rb") as f:
-        for rb in pq.ParquetFile(f).iter_batches(batch_size=batch_rows):
-            yield rb.to_pylist()
-
-
-def _arrow_stream_batches(fs, file: str, batch_rows: int) -> Iterator[list]:
-    with fs.open(file, "rb") as f:
-        for rb in ipc.open_stream(f):
-            for start in range(0, rb.num_rows, batch_rows):
-                yield rb.slice(start, batch_rows).to_pylist()
-
-
-def _jsonl_batches(fs, file: str, batch_rows: int) -> Iterator[list]:
-    batch: list = []
-    with fs.open(file, "rb") as f:
-        for line in f:
-            if not line.strip():
-                continue  # blank lines are layout, not rows
-            batch.append(_decode_line(line))
-            if len(batch) >= batch_rows:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
-
-
-def _decode_line(line: bytes) -> Any:
     try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raw = line.decode("utf-8", errors="backslashreplace").rstrip("\n")
-        return RawRow(-1, raw, (Reason.UNDECODABLE, f"not UTF-8 at byte {exc.start}"))
+        return fs, cut(fs, kind, files, **sizes)
+    except (OSError, pa.ArrowException) as exc:
+        raise SourceError(f"{path}: unreadable ({exc})") from exc
+
+
+def read_rows(fs: fsspec.AbstractFileSystem, chunk: Chunk, batch_rows: int) -> Iterator[list[RawRow]]:
+    """One chunk's rows (numbered within it), with unreadable bytes reported as a SourceError."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        return RawRow(-1, text.rstrip("\n"), (Reason.MALFORMED, f"invalid JSON: {exc.msg} at column {exc.colno}"))
+        yield from read_chunk(fs, chunk, batch_rows)
+    except (OSError, pa.ArrowException) as exc:
+        raise SourceError(f"{chunk.file}: unreadable ({exc})") from exc
+
+
+def iter_raw(path: str, storage_options: dict | None = None, batch_rows: int = 8192) -> Iterator[list[RawRow]]:
+    """Yield the source's rows in batches of at most `batch_rows`, numbered across files: its chunks
+    read one after another, so the positions are those a parallel reader of the chunks computes."""
+    fs, pieces = chunks(path, storage_options)
+    offset = 0
+    for chunk in pieces:
+        rows = 0
+        for batch in read_rows(fs, chunk, batch_rows):
+            rows += len(batch)
+            yield [RawRow(offset + r.index, r.value, r.problem) for r in batch]
+        offset += rows
 
 
 def source_fingerprint(path: str, storage_options: dict | None = None) -> str:

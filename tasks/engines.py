@@ -1,25 +1,18 @@
 """Synthesis engines: one small interface, three implementations.
 
-An engine turns rows `{cache_key, messages, query_id, query, target_doc_id}` (the rendered prompt,
-and which seed and which instruction negative N* it is about) into rows `{cache_key, raw_response,
-prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
-`dualview_core.synthesis.EngineResult`). LLM engines read only the messages. The input is
-`StagedRows`: rows staged in bounded Parquet files in row groups of one engine batch (`batch_rows`),
-with more columns than the engine reads. `judged(staged, columns, stage, *args)` sends them through
-the engine and then through `stage(*args)`, a callable from result rows (with the staged `columns`
-carried through the engine next to them) to a table, e.g. the records of tasks/judging.py; it yields
-the stage's tables as batches finish. A Ray Data engine reads a row group per task as the pipeline
-consumes them (tasks/staged_source.py) and runs the stage as Ray Data actors after it, so the driver
-holds neither the input nor the answers, only the stage's output; the object store holds the input
-only for a driver connected over Ray Client (see tasks/staged_source.py). The reference engine
-answers (`answers`) and judges in this process, a staged file at a time.
+An engine turns staged rows `{cache_key, messages, query_id, query, target_doc_id}` (the rendered
+prompt, and which seed and which instruction negative N* it is about) into result rows `{cache_key,
+raw_response, prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
+`dualview_core.synthesis.EngineResult`). LLM engines read only the messages. A Ray Data engine is a
+`transform` of a Dataset of staged rows (other columns ride along untouched); an engine that answers
+in this process has `answers(rows)`. What happens around an engine (reading the staged input, judging
+and publishing the answers) is tasks/publishing.py's.
 
 - `VLLMEngine`: Ray's `ray.data.llm` processor over vLLM replicas (tensor parallel on GPUs; the CPU
   build with a packaged model on laptops and CI).
 - `OpenAIEngine`: any OpenAI-compatible chat endpoint (or several serving the same model), over
   `actors` Ray Data actors, each with bounded concurrency, per-request timeouts and retries with
   backoff (tasks/openai_client.py).
-  Both are stages of a Ray Data pipeline.
 - `ReferenceEngine` (`engine: reference`): for controlled benchmarks only. It answers from a world's
   metadata (`dualview_core.world`) with the known correct reversal for N*, in the answer format the
   parser reads, so guards, mixtures, training and evaluation run unchanged. It calls no model and
@@ -32,76 +25,47 @@ as sent, so a server that answers from scratch instead is never credited with th
 parser reads only what lies inside the answer tags either way.
 
 Before the engine, `prompt_counter` counts each row's prompt with the engine's own tokenizer and chat
-template, so a row whose prompt + max_tokens exceeds the context is rejected without a call: vLLM uses
-the model's tokenizer and `max_model_len`; an endpoint is checked only when its config names a
-`context_length` and a `tokenizer` (otherwise the server's refusal is recorded as prompt_too_long).
-Rows an engine still fails on come back as error rows; `result_row` gives each one every result column.
+template (tasks/planning.py), so a row whose prompt + max_tokens exceeds the context is rejected
+without a call: vLLM uses the model's tokenizer and `max_model_len`; an endpoint is checked only when
+its config names a `context_length` and a `tokenizer` (otherwise the server's refusal is recorded as
+prompt_too_long). Rows an engine still fails on come back as error rows; `result_row` gives each one
+every result column.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from dualview_core.config import SamplingConfig, SynthesisConfig
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     import ray.data
 
-RESULT_COLUMNS = ("cache_key", "raw_response", "prompt_tokens", "completion_tokens", "latency_s", "attempts", "error")
 HELPER_CPUS = 0.1
-JUDGES = 4  # most actors of the stage after the engine (it starts with one)
 OPENAI_BATCHES_IN_FLIGHT = 4  # every non-engine stage on the CPU profile: on 2 cores, whole CPUs deadlock
 # Non-secret variables the engine's Ray workers need; secrets stay in the workers' own environment.
 PASSTHROUGH_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
 
 
-ENGINE_INPUT = ("cache_key", "messages", "query_id", "query", "target_doc_id")
-
-
-@dataclass(frozen=True)
-class StagedRows:
-    """Engine input rows staged in local Parquet files (ENGINE_INPUT columns and possibly more)."""
-
-    paths: tuple[str, ...]
-
-
-class Engine(Protocol):
+class InProcessEngine(Protocol):
     model_id: str
 
-    def judged(self, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
-        """`stage(*args)` (result rows with the staged `columns` -> a table) after the engine; its
-        tables as the engine finishes batches (see the module's docstring)."""
+    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
+        """Result rows for staged rows, a list at a time."""
         ...
 
 
-class _RayDataEngine:
+class RayDataEngine:
     """An engine that is a Ray Data stage (`transform`); answers stream out of the pipeline."""
 
     cfg: SynthesisConfig
+    model_id: str
 
     def transform(self, ds: ray.data.Dataset, carry: Sequence[str] = ()) -> ray.data.Dataset:
         """The engine's stages; each output row keeps the input's `carry` columns as they were."""
         raise NotImplementedError
-
-    def judged(self, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
-        """`stage(*args)` applied, in a Ray Data stage after the engine, to each engine batch's result
-        rows (`result_row`) with the staged `columns` carried through the engine next to them; its
-        output tables as they are done. What the driver gets back is the stage's output only."""
-        from ray.data import ActorPoolStrategy
-
-        from tasks.ray_runtime import ensure_ray
-        from tasks.staged_source import read_staged
-
-        ensure_ray(self.cfg.ray_address)
-        carry = [c for c in columns if c not in ("cache_key", "messages")]
-        ds = self.transform(read_staged(staged.paths, [*ENGINE_INPUT, *(c for c in carry if c not in ENGINE_INPUT)]), carry)
-        ds = ds.map_batches(_AfterEngine, fn_constructor_args=(stage, args), batch_size=None, batch_format="pyarrow",
-                            compute=ActorPoolStrategy(min_size=1, max_size=JUDGES), num_cpus=HELPER_CPUS)
-        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 
 def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:
@@ -139,35 +103,13 @@ def result_row(row: dict) -> dict:
     }
 
 
-class _AfterEngine:
-    """The Ray Data stage after an engine: its rows made complete (`result_row`), then `stage`."""
-
-    def __init__(self, stage: type, args: tuple):
-        self.stage = stage(*args)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        return self.stage([{**row, **result_row(row)} for row in batch.to_pylist()])
-
-
-def judged_here(engine, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
-    """`_RayDataEngine.judged` for an engine that answers in this process: a staged file at a time."""
-    import pyarrow.parquet as pq
-
-    judge = stage(*args)
-    wanted = [*ENGINE_INPUT, *(c for c in columns if c not in ENGINE_INPUT)]
-    for path in staged.paths:
-        rows = {r["cache_key"]: r for r in pq.read_table(path, columns=wanted).to_pylist()}
-        for results in engine.answers(list(rows.values())):
-            yield judge([{**rows[r["cache_key"]], **r} for r in results])
-
-
 PromptCounter = Callable[[list[dict]], int]
 
 
 def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[PromptCounter, int] | None:
     """(messages -> prompt tokens, context length) for the configured engine, or None when unknown."""
-    if cfg.engine == "reference":
-        return None  # no model, no context
+    if cfg.engine == "reference" or not cfg.count_prompt_tokens:
+        return None  # no model, no context; or the engine's own refusal is what counts
     if cfg.engine == "vllm":
         tokenizer_source, context = model_path or cfg.vllm.model, cfg.vllm.max_model_len
     elif cfg.openai.context_length and cfg.openai.tokenizer:
@@ -192,7 +134,7 @@ def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[Prompt
     return count, context
 
 
-class VLLMEngine(_RayDataEngine):
+class VLLMEngine(RayDataEngine):
     def __init__(self, cfg: SynthesisConfig, model_path: str):
         self.cfg, self.model_path = cfg, model_path
         self.model_id = cfg.vllm.model
@@ -257,7 +199,7 @@ class VLLMEngine(_RayDataEngine):
         return processor(ds)
 
 
-class OpenAIEngine(_RayDataEngine):
+class OpenAIEngine(RayDataEngine):
     def __init__(self, cfg: SynthesisConfig):
         self.cfg = cfg
         self.model_id = cfg.openai.model
@@ -310,18 +252,15 @@ class ReferenceEngine:
         if out:
             yield out
 
-    def judged(self, staged: StagedRows, columns: Sequence[str], stage: type, *args) -> Iterator[pa.Table]:
-        return judged_here(self, staged, columns, stage, *args)
 
-
-ENGINES: dict[str, Callable[[SynthesisConfig, str | None], Engine]] = {
+ENGINES: dict[str, Callable[[SynthesisConfig, str | None], RayDataEngine | InProcessEngine]] = {
     "vllm": lambda cfg, model_path: VLLMEngine(cfg, model_path or cfg.vllm.model),
     "openai": lambda cfg, model_path: OpenAIEngine(cfg),
     "reference": lambda cfg, model_path: ReferenceEngine(cfg),
 }
 
 
-def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> Engine:
+def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> RayDataEngine | InProcessEngine:
     return ENGINES[cfg.engine](cfg, model_path)
 
 
@@ -331,11 +270,4 @@ def batch_rows(cfg: SynthesisConfig) -> int:
         return cfg.vllm.batch_size
     if cfg.engine == "openai":
         return cfg.openai.concurrency  # the stage's batch: one wave of requests
-    return REFERENCE_BATCH_ROWS
-
-
-def judged(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, columns: Sequence[str], stage: type,
-           *args) -> Iterator[pa.Table]:
-    """Send the staged rows through the configured engine and `stage(*args)` after it (see
-    `_RayDataEngine.judged`); yield the stage's tables as the engine finishes batches."""
-    yield from make_engine(cfg, model_path).judged(staged, columns, stage, *args)
+    return min(REFERENCE_BATCH_ROWS, cfg.shard_rows)  # instant answers: a batch need not outgrow a shard

@@ -9,15 +9,17 @@ engine's answers (in this process) go through the same stage as a plain call.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from dualview_core.config import GuardConfig
+from dualview_core.config import GuardConfig, SynthesisConfig
 from dualview_core.contracts import SYNTHESIS_RECORD
 from dualview_core.parsing import Rejection, judge
 from dualview_core.synthesis import EngineResult, WorkItem, record
 
+ENGINE_INPUT = ("cache_key", "messages", "query_id", "query", "target_doc_id")  # what an engine may read
 INFO = ("cache_key", "seed_key", "target_index", "query_id", "query", "instruction")  # what a record needs
 TARGET = ("target_title", "target_text")  # N*, for the geometry filter only
 
@@ -36,6 +38,48 @@ class Judging:
     def columns(self) -> list[str]:
         """The staged columns each answer needs next to it."""
         return list(INFO + TARGET) if self.geometry_encoder else list(INFO)
+
+
+@dataclass(frozen=True)
+class Asking:
+    """How this run asks: the config, the prompt and its version, and what goes into every cache key."""
+
+    cfg: SynthesisConfig
+    template: str
+    version: str
+    model_id: str
+    sampling: dict
+
+    @property
+    def geometry(self) -> bool:
+        return self.cfg.geometry_filter
+
+    @property
+    def judging(self) -> Judging:
+        cfg = self.cfg
+        return Judging(self.version, self.model_id, self.sampling, cfg.guards, cfg.geometry_encoder if cfg.geometry_filter else None)
+
+    @property
+    def staged_columns(self) -> list[str]:
+        """A staged row's columns: the engine's input, and what the record of its answer needs."""
+        return [*ENGINE_INPUT, *(c for c in self.judging.columns if c not in ENGINE_INPUT)]
+
+    @property
+    def batch_rows(self) -> int:
+        from tasks.engines import batch_rows
+
+        return batch_rows(self.cfg)
+
+
+def engine_row(seed: Mapping, target_index: int, key: str, messages: list[dict], geometry: bool) -> dict:
+    """A staged row for one call: the rendered `messages`, which seed and which instruction negative
+    N* it is about (what an engine may read besides the messages: LLM engines ignore it, the reference
+    engine answers from it), and what the record of its answer needs (INFO, TARGET with `geometry`)."""
+    target = seed["instruction_negatives"][target_index]
+    row = {"cache_key": key, "messages": messages, "query_id": seed["query_id"], "query": seed["query"],
+           "target_doc_id": target["doc_id"], "seed_key": seed["seed_key"], "target_index": target_index,
+           "instruction": seed["instruction"]}
+    return row | {"target_title": target["title"], "target_text": target["text"]} if geometry else row
 
 
 class RecordStage:

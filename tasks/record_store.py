@@ -11,8 +11,11 @@
     OUT/seed_map.parquet         the last completed run's seeds (query_id, seed_key), for the next diff
     OUT/manifest.json            the last completed run: fingerprints, counts, versions (older
                                  manifests held the seed map inline; they are still read)
-    OUT/.pending/RUN/*.parquet   a run's rendered engine input, staged in bounded files (removed
-                                 when the run ends; a killed run's are removed by the next)
+    OUT/.work/                   a run's intermediate files, written by its Ray workers and read by
+                                 them: staged engine input (staged/, verify/) and quarantined rows
+                                 per chunk (quarantine/). Removed when the run ends; a killed run's
+                                 are removed by the next. On the output's storage, so every node of
+                                 a cluster reads what another wrote.
 
 What is cached is decided from an index (dualview_core.cache_index) built from two columns of the
 shards; whole records are read only for the rows a run derives its tables from, a shard at a time.
@@ -24,11 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import posixpath
-import shutil
-import tempfile
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -41,10 +41,11 @@ import pyarrow.parquet as pq
 from dualview_core.cache_index import SEED_MAP, KeyIndex, build_index
 from dualview_core.contracts import SYNTHESIS_RECORD, conform, upgrade_synthesis_record
 from dualview_core.io import read_table, write_table
+from dualview_core.keys import canonical_json, digest
 from dualview_core.sources import filesystem
 
 
-RECORDS, VERIFICATIONS, PENDING, SEED_MAP_FILE = "records", "verifications", ".pending", "seed_map.parquet"
+RECORDS, VERIFICATIONS, WORK, SEED_MAP_FILE = "records", "verifications", ".work", "seed_map.parquet"
 INDEX_COLUMNS = ["cache_key", "rejection"]
 SHARDS_IN_MEMORY = 4  # whole shards kept while fetching records; runs write shards in seed order
 
@@ -89,33 +90,6 @@ class ShardIndex:
         return table
 
 
-class ShardWriter:
-    """Records published in shards of `rows` as they are added; `close` publishes the rest. Engines
-    answer in batches smaller than a shard; a crash loses only the unpublished rows, which the next
-    run asks again."""
-
-    def __init__(self, store: RecordStore, rows: int, folder: str = RECORDS):
-        self.store, self.rows, self.folder = store, rows, folder
-        self.pending: list[pa.Table] = []
-        self.held = 0  # rows in `pending`
-
-    def add(self, records: list[dict] | pa.Table) -> None:
-        table = records if isinstance(records, pa.Table) else pa.Table.from_pylist(records, schema=SYNTHESIS_RECORD)
-        self.pending.append(conform(table, SYNTHESIS_RECORD, what="records"))
-        self.held += table.num_rows
-        if self.held >= self.rows:
-            rest = pa.concat_tables(self.pending)
-            while rest.num_rows >= self.rows:
-                self.store.write_shard(rest.slice(0, self.rows), self.folder)
-                rest = rest.slice(self.rows)
-            self.pending, self.held = [rest], rest.num_rows
-
-    def close(self) -> None:
-        if self.held:
-            self.store.write_shard(pa.concat_tables(self.pending), self.folder)
-        self.pending, self.held = [], 0
-
-
 class RecordStore:
     def __init__(self, out: str, storage_options: dict | None = None):
         self.out = out.rstrip("/")
@@ -146,10 +120,13 @@ class RecordStore:
         tables = [self.read_shard(s, INDEX_COLUMNS) for s in shards]
         return ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs))
 
-    def write_shard(self, rows: list[dict] | pa.Table, folder: str = RECORDS) -> str:
-        """Publish one shard atomically (written under a temporary name, then renamed)."""
-        name = f"part-{uuid.uuid4().hex}.parquet"
+    def write_shard(self, rows: list[dict] | pa.Table, folder: str = RECORDS, run: str = "") -> str:
+        """Publish one shard atomically (written under a temporary name, then renamed). Its name comes
+        from the run and the keys it holds, so a task that is run again (Ray retries a task whose node
+        died) replaces its own shard instead of adding a second copy of the rows."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=SYNTHESIS_RECORD)
+        keys = sorted(table["cache_key"].to_pylist())
+        name = f"part-{digest(canonical_json([run, keys]))}.parquet"
         write_table(self.path(f"{folder}/{name}"), table, SYNTHESIS_RECORD, self.options)
         return name
 
@@ -177,24 +154,21 @@ class RecordStore:
     def local(self) -> bool:
         return self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
 
-    @property
-    def pending_root(self) -> Path:
-        """Where this output's staged engine input lives: OUT/.pending for a local OUT; for a remote
-        one, a local temporary folder named after OUT, so a killed run's leftovers are found again."""
-        if self.local:
-            return Path(self.root) / PENDING
-        return Path(tempfile.gettempdir()) / "dualview-pending" / hashlib.blake2b(self.out.encode(), digest_size=8).hexdigest()
+    def work(self, name: str) -> str:
+        """A folder of this run's intermediate files, OUT/.work/<name>, as a path in `fs`."""
+        return posixpath.join(self.root, WORK, name)
 
-    def staging(self) -> str:
-        """A fresh local folder for this pass's staged engine input, under `pending_root` (earlier
-        passes' and killed runs' leftovers are removed first; the output's lock keeps runs apart)."""
-        self.remove_staging()
-        folder = self.pending_root / uuid.uuid4().hex
-        folder.mkdir(parents=True)
-        return str(folder)
+    def work_files(self, name: str) -> list[str]:
+        """The Parquet files in OUT/.work/<name>, in name order (none when it does not exist)."""
+        self.fs.invalidate_cache()  # written by other processes since this one last looked
+        return sorted(self.fs.glob(posixpath.join(self.work(name), "*.parquet")))
 
-    def remove_staging(self) -> None:
-        shutil.rmtree(self.pending_root, ignore_errors=True)
+    def clear_work(self) -> None:
+        """Remove OUT/.work: this run's intermediate files, or a killed run's (the lock keeps runs apart)."""
+        path = posixpath.join(self.root, WORK)
+        self.fs.invalidate_cache()
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
 
     def manifest(self) -> dict:
         path = posixpath.join(self.root, "manifest.json")

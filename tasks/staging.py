@@ -1,34 +1,45 @@
-"""Engine input staged on local disk: bounded Parquet files a pass writes and an engine then reads.
+"""Engine input staged in the output's work folder (local or s3://): bounded Parquet files that one
+pass writes and an engine then reads, wherever its workers run.
 
-A pass over the seeds renders the rows an engine still has to answer and stages them here, about
-`STAGE_ROWS` rows a file in row groups of one engine batch, together with what a record of each row
-needs. Then one engine reads every file (one engine start for the whole pass; a Ray Data engine
-reads a row group per task, tasks/staged_source.py, and carries that info through to the stage
-after it). `PendingInfo` notes which rows came back, and gives a row's info back by cache key where
-this process needs it, reading the files rather than holding the rows.
+The first pass's tasks (tasks/planning.py) each stage their chunk's calls, and the verification pass
+stages its questions (tasks/verification.py): files of about `STAGE_ROWS` rows, in row groups of one
+engine batch, holding the rendered messages, what a record of each row needs, and where the row came
+from (`locator`, when it came from the seed source). Then one engine reads every file (one engine
+start for the whole pass; a Ray Data engine reads a row group per task, tasks/staged_source.py).
+`staged_info` reads a few rows back by cache key, for the rare row an engine never returned.
 """
 
 from __future__ import annotations
 
-import os
+import posixpath
+from collections.abc import Sequence
 
-import numpy as np
+import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dualview_core.cache_index import KeyIndex
+STAGE_ROWS = 4096  # rendered rows per staged file, about (a whole number of row groups)
+MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+_TYPES = {"messages": MESSAGES, "target_index": pa.int32(), "locator": pa.int64()}  # every other column: a string
 
-STAGE_ROWS = 4096  # rendered rows per staged engine-input file, about (a whole number of row groups)
+
+def staged_schema(columns: Sequence[str]) -> pa.Schema:
+    """The staged files' schema: `columns` (an engine's input and what rides along with it)."""
+    return pa.schema([(c, _TYPES.get(c, pa.string())) for c in columns])
 
 
 class StagedFiles:
-    """Rows added here go to `folder` (`paths`, in order) in files of a whole number of row groups
+    """Rows added here go to `folder` as `<prefix>-<n>.parquet` (`paths`, in order), whole row groups
     of `group_rows` (the engine's batch), about `STAGE_ROWS` rows a file; only the last file's last
-    group is shorter."""
+    group is shorter. Holds at most one file's rows."""
 
-    def __init__(self, folder: str, group_rows: int):
-        self.folder, self.group_rows, self.paths, self._buffer = folder, group_rows, [], []
+    def __init__(self, fs: fsspec.AbstractFileSystem, folder: str, prefix: str, group_rows: int, schema: pa.Schema):
+        self.fs, self.folder, self.prefix, self.group_rows, self.schema = fs, folder, prefix, group_rows, schema
+        self.paths: list[str] = []
+        self._buffer: list[dict] = []
         self.file_rows = max(group_rows, STAGE_ROWS // group_rows * group_rows)
+        fs.makedirs(folder, exist_ok=True)
 
     def add(self, rows: list[dict]) -> None:
         self._buffer += rows
@@ -44,59 +55,18 @@ class StagedFiles:
         return tuple(self.paths)
 
     def _write(self, rows: list[dict]) -> None:
-        path = os.path.join(self.folder, f"part-{len(self.paths):06d}.parquet")
-        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=self.group_rows)
+        path = posixpath.join(self.folder, f"{self.prefix}-{len(self.paths):04d}.parquet")
+        with self.fs.open(path, "wb") as f:
+            pq.write_table(pa.Table.from_pylist(rows, schema=self.schema), f, row_group_size=self.group_rows)
         self.paths.append(path)
 
 
-class PendingInfo:
-    """`columns` of each staged row, by cache key. Only a sorted index of the keys is held (~40 bytes
-    a row); the rows are read back from the staged files as answers arrive, a file at a time
-    (answers come back roughly in file order), and from memory for the few `held` rows that were
-    never staged (rejected before the engine)."""
-
-    def __init__(self, paths: list[str] | tuple[str, ...], held: list[dict], columns: list[str]):
-        self.tables = [*paths, pa.Table.from_pylist(held)] if held else list(paths)
-        self.columns = columns
-        keys = [self._table(i, ["cache_key"])["cache_key"].to_numpy(zero_copy_only=False).astype("S")
-                for i in range(len(self.tables))]
-        sizes = np.array([len(k) for k in keys], dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        flat = np.concatenate(keys) if keys else np.array([], dtype="S1")
-        self.index = KeyIndex(flat, np.arange(len(flat), dtype=np.int64))
-        self.answered = np.zeros(len(flat), dtype=bool)
-        self._loaded: tuple[int, pa.Table] | None = None
-
-    def _table(self, i: int, columns: list[str]) -> pa.Table:
-        source = self.tables[i]
-        return source.select(columns) if isinstance(source, pa.Table) else pq.read_table(source, columns=columns)
-
-    def _rows(self, i: int) -> pa.Table:
-        if self._loaded is None or self._loaded[0] != i:
-            self._loaded = (i, self._table(i, self.columns))
-        return self._loaded[1]
-
-    def mark(self, keys: list[str]) -> np.ndarray:
-        """Note `keys` as answered; returns where their rows are."""
-        at = self.index.lookup(keys)
-        if (at < 0).any():
-            raise RuntimeError(f"the engine answered a row that was not sent: {keys[int(np.argmax(at < 0))]}")
-        self.answered[at] = True
-        return at
-
-    def take(self, keys: list[str]) -> list[dict]:
-        """The rows of `keys` (noted as answered)."""
-        at = self.mark(keys)
-        files = np.searchsorted(self.starts, at, side="right") - 1
-        out: list[dict | None] = [None] * len(keys)
-        for i in np.unique(files):  # the file the last batch came from is usually the one loaded
-            where = np.flatnonzero(files == i)
-            for j, row in zip(where, self._rows(int(i)).take(pa.array(at[where] - self.starts[i])).to_pylist()):
-                out[j] = row
-        return out
-
-    def unanswered(self) -> list[str]:
-        missing = np.flatnonzero(~self.answered)
-        files = np.searchsorted(self.starts, missing, side="right") - 1
-        return [k for i in np.unique(files) for k in
-                self._table(int(i), ["cache_key"])["cache_key"].take(pa.array(missing[files == i] - self.starts[i])).to_pylist()]
+def staged_info(fs: fsspec.AbstractFileSystem, paths: Sequence[str], keys: Sequence[str], columns: Sequence[str]) -> list[dict]:
+    """The staged rows of `keys` (`columns` of them), in the order of `keys`, read a file at a time."""
+    wanted, found = set(keys), {}
+    for path in paths:
+        with fs.open(path, "rb") as f:
+            table = pq.read_table(f, columns=list(columns))
+        hits = table.filter(pc.is_in(table["cache_key"], value_set=pa.array(list(wanted), pa.string())))
+        found |= {row["cache_key"]: row for row in hits.to_pylist()}
+    return [found[k] for k in keys]

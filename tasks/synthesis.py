@@ -1,49 +1,51 @@
-"""Polarity-reversal synthesis, end to end: seeds → render → engine → parse and guard → shards.
+"""Polarity-reversal synthesis, end to end: seeds → plan → engine → judge → shards → derived tables.
 
-The run streams the seeds batch by batch (bad rows to OUT/quarantine.parquet) and decides from the
-cache index (two columns of the record shards, tasks/record_store.py) which calls are not yet
-cached. Only those are rendered and staged, in bounded Parquet files, for the engine, which reads
-them inside a Ray Data pipeline (or in this process, for the reference engine); a stage after the
-engine judges each batch of answers into records (tasks/judging.py), and this process publishes
-them in shards of `shard_rows`. A row whose prompt cannot fit the engine's context is
-rejected before the engine (prompt_too_long); a row the engine fails on is recorded with its reason,
-so every planned row ends as a record. With `verify`, a pass over the current records asks a second,
-cached question about every accepted row (tasks/verification.py; one engine start for all of them).
-Then a last pass over the seeds derives the dual-view rows, the rejections and report.md for the
-current seeds, streaming, and the run is recorded in the manifest (its seed map in
-OUT/seed_map.parquet). When nothing changed since the last run (same seeds, same
-shards, same settings) the derived files stand as they are. The driver holds one batch of seeds,
-the index and the pending rows' keys, never the data set. Killed at any moment, a re-run picks up
-exactly where the published shards end.
+Pass one is a Ray Data job over the seed source's chunks (tasks/planning.py): its tasks validate,
+key and look up every row in the cache index (two columns of the record shards, tasks/record_store.py),
+and render, count and stage the calls not yet cached in OUT/.work/; rows that fail validation go to
+OUT/quarantine.parquet, a prompt too long for the engine's context is recorded as rejected there and
+then. The driver gets back one small row per seed row and decides duplicates, the limit and the seed
+map (dualview_core/plan.py). Pass two reads the staged rows into the engine's Ray Data pipeline; the
+stage after the engine judges each batch of answers into records and publishes them as shards of
+`shard_rows` (tasks/publishing.py): the driver receives their summaries, for progress and costs, and
+gives a record to any row the engine never returned, so every planned row ends as a record. With
+`verify`, a pass over the current records asks a second, cached question about every accepted row
+(tasks/verification.py; one engine start for all of them). Then a last pass over the seeds derives
+the dual-view rows, the rejections and report.md for the current seeds, streaming, and the run is
+recorded in the manifest (its seed map in OUT/seed_map.parquet). When nothing changed since the last
+run (same seeds, same shards, same settings) the derived files stand as they are. The driver holds
+the plan (tens of bytes per seed row), one shard's summary and one batch of seeds, never the data
+set. Killed at any moment, a re-run picks up exactly where the published shards end.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from dualview_core.cache_index import SEED_MAP, seed_diff, unique_seeds
+from dualview_core.cache_index import seed_diff, unique_seeds
 from dualview_core.config import SynthesisConfig
 from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
 from dualview_core.dual_view import make_dual_view
 from dualview_core.io import TableWriter
 from dualview_core.keys import canonical_json, content_digest, digest
 from dualview_core.loading import stream_seeds
-from dualview_core.prompting import default_template, prompt_version, render
+from dualview_core.plan import Plan
+from dualview_core.prompting import default_template, prompt_version
 from dualview_core.seeds import select_synthesis_seeds
 from dualview_core.sources import source_fingerprint
-from dualview_core.synthesis import CostSummary, WorkItem, cache_key, prompt_too_long, seed_fields, targets
+from dualview_core.synthesis import CostSummary, WorkItem, cache_key, seed_fields, targets
 from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
-from tasks.engines import batch_rows
-from tasks.judging import Judging, RecordStage
+from tasks.judging import Asking, RecordStage
+from tasks.planning import STAGED, plan_seeds
 from tasks.progress import duration
-from tasks.record_store import RecordStore, ShardWriter
-from tasks.staging import PendingInfo, StagedFiles
+from tasks.publishing import COST_COLUMNS, Answered, Shelf, StagedRows, published, shard_rows
+from tasks.record_store import RECORDS, RecordStore
+from tasks.staging import staged_info
 
 Progress = Callable[[str], None]
 PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
@@ -62,26 +64,28 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         source = source_fingerprint(seeds_path, storage_options)  # before reading: a later edit is a change
         template = default_template()
         version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.model_dump(mode="json")
-        ask = _Asking(cfg, template, version, model_id, sampling)
+        ask = Asking(cfg, template, version, model_id, sampling)
         manifest = store.manifest()
         if _as_left(store, cfg, ask, manifest.get("summary", {}), source):
             return _unchanged_run(store, manifest, start, progress)
-        model = _Model(cfg, progress)
+        run = uuid.uuid4().hex[:16]
+        store.clear_work()  # a killed run's intermediate files
         try:
-            staged = _stage(seeds_path, storage_options, store, out_options, ask, model)
-            seed_map = staged.seed_map()
-            counts = {"pending": staged.pending, "cached": staged.cached, **seed_diff(store.previous_seed_map(manifest), seed_map)}
-            progress(f"synthesis: {seed_map.num_rows} seeds, {staged.pending} to send, {staged.cached} cached "
+            model_path = _model_path(cfg, progress)
+            plan = plan_seeds(seeds_path, storage_options, store, ask, model_path, run, progress)
+            counts = {"pending": plan.pending, "cached": plan.cached, **seed_diff(store.previous_seed_map(manifest), plan.seed_map)}
+            progress(f"synthesis: {plan.seed_map.num_rows} seeds, {plan.pending} to send, {plan.cached} cached "
                      f"(new {counts['new']}, changed {counts['changed']}, removed {counts['removed']})")
             costs = CostSummary()
-            if staged.pending:
-                _call_engine(staged, ask, store, costs, progress, model)
+            if plan.pending:
+                _call_engine(plan, ask, store, costs, progress, model_path, run)
         finally:
-            store.remove_staging()
+            store.clear_work()
+        seed_map = plan.seed_map
         seed_fingerprint = content_digest(unique_seeds(seed_map)["seed_key"].to_pylist())  # as a query_id -> key map
         outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         previous = manifest.get("summary", {})
-        if (not staged.pending and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
+        if (not plan.pending and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
                 and _derived_exist(store)):
             derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")} | {"verify_retry": 0}
             progress(UNCHANGED)
@@ -90,7 +94,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             if cfg.verify:  # its pass may have published verdict shards
                 outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         summary = {
-            "seeds": staged.validation,
+            "seeds": plan.report,
             "synthesis_seeds": seed_map.num_rows,
             "plan": counts,
             "cost": costs.as_dict(time.perf_counter() - start),
@@ -106,7 +110,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         return summary
 
 
-def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: _Asking, previous: dict, source: str) -> bool:
+def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: Asking, previous: dict, source: str) -> bool:
     """Whether the seed files and the cache are exactly as the last completed run left them (and it
     left nothing to retry), so this run has nothing to send and nothing to rewrite: decided from the
     files' fingerprint and the shards' names, without reading a seed or a record."""
@@ -134,62 +138,13 @@ def _unchanged_run(store: RecordStore, manifest: dict, start: float, progress: P
     return summary
 
 
-@dataclass(frozen=True)
-class _Asking:
-    """How this run asks: everything that goes into a record besides the answer itself."""
+def _model_path(cfg: SynthesisConfig, progress: Progress) -> str | None:
+    """The vLLM engine's servable model folder (a packaged model is converted once); None otherwise."""
+    if cfg.engine != "vllm":
+        return None
+    from tasks.llm_models import resolve_llm
 
-    cfg: SynthesisConfig
-    template: str
-    version: str
-    model_id: str
-    sampling: dict
-
-    @property
-    def judging(self) -> Judging:
-        cfg = self.cfg
-        return Judging(self.version, self.model_id, self.sampling, cfg.guards,
-                       cfg.geometry_encoder if cfg.geometry_filter else None)
-
-
-class _Model:
-    """The engine's model path and prompt counter, resolved at first need (a run with nothing to
-    send never loads a tokenizer or converts a model)."""
-
-    def __init__(self, cfg: SynthesisConfig, progress: Progress):
-        self.cfg, self.progress, self._path, self._counter = cfg, progress, None, False
-
-    @property
-    def path(self) -> str | None:
-        if self._path is None and self.cfg.engine == "vllm":
-            from tasks.llm_models import resolve_llm
-
-            self._path = resolve_llm(self.cfg.vllm.model, self.cfg.model_cache_dir, self.progress)
-        return self._path
-
-    def counter(self):
-        if self._counter is False:
-            from tasks.engines import prompt_counter
-
-            self._counter = prompt_counter(self.cfg, self.path)
-        return self._counter
-
-
-@dataclass
-class _Staged:
-    """Pass one's result: the seed map, and the pending rows staged for the engine together with
-    what a record of each needs (tasks/judging.py's INFO, TARGET columns), which the engine carries
-    through to the stage that judges its answers."""
-
-    validation: dict = field(default_factory=dict)
-    paths: tuple[str, ...] = ()  # engine input and each row's info
-    too_long: list[dict] = field(default_factory=list)  # results for rows rejected before the engine
-    too_long_info: list[dict] = field(default_factory=list)  # and their info (few: held here)
-    seed_maps: list[pa.Table] = field(default_factory=list)
-    pending: int = 0
-    cached: int = 0
-
-    def seed_map(self) -> pa.Table:
-        return pa.concat_tables(self.seed_maps) if self.seed_maps else SEED_MAP.empty_table()
+    return resolve_llm(cfg.vllm.model, cfg.model_cache_dir, progress)
 
 
 def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarantine) -> tuple[Iterator[pa.Table], object]:
@@ -210,135 +165,58 @@ def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarant
     return seeds(), validator
 
 
-def _keys(batch: pa.Table, ask: _Asking) -> list[tuple[int, int, str]]:
-    """(row, target_index, cache_key) of every call a SEED_ROW batch asks for, from three columns."""
-    negatives = pc.list_value_length(batch["instruction_negatives"]).to_pylist()
-    out = []
-    for row, (seed_key, n) in enumerate(zip(batch["seed_key"].to_pylist(), negatives)):
-        for t in targets({"instruction_negatives": range(n or 0)}, ask.cfg.per_negative):
-            out.append((row, t, cache_key(seed_key, t, ask.version, ask.model_id, ask.sampling)))
-    return out
-
-
-def _items(seeds: list[dict], ask: _Asking) -> list[WorkItem]:
+def _items(seeds: list[dict], ask: Asking) -> list[WorkItem]:
     return [WorkItem(seed, t, cache_key(seed["seed_key"], t, ask.version, ask.model_id, ask.sampling))
             for seed in seeds for t in targets(seed, ask.cfg.per_negative)]
 
 
-def _stage(seeds_path: str, storage_options, store: RecordStore, out_options, ask: _Asking, model: _Model) -> _Staged:
-    """Pass one over the seeds: the seed map, cached vs pending, and the pending rows rendered and
-    staged in bounded files (prompts too long for the engine become results here)."""
-    index = store.index(ask.cfg.max_error_runs)
-    staged, files = _Staged(), StagedFiles(store.staging(), batch_rows(ask.cfg))
-    seeds, validator = _seed_batches(seeds_path, storage_options, ask.cfg.limit, quarantine_path=store.path("quarantine.parquet"),
-                                     quarantine_options=out_options)
-    geometry = ask.cfg.geometry_filter
-    for batch in seeds:
-        staged.seed_maps.append(batch.select(["query_id", "seed_key"]))
-        keys = _keys(batch, ask)
-        found = index.lookup([k for _, _, k in keys])
-        todo = [(row, t, k) for (row, t, k), at in zip(keys, found) if at < 0]
-        staged.cached += len(keys) - len(todo)
-        staged.pending += len(todo)
-        if not todo:
-            continue
-        rows_needed = sorted({row for row, _, _ in todo})  # only these become Python objects
-        seeds_by_row = dict(zip(rows_needed, batch.take(pa.array(rows_needed)).to_pylist()))
-        pending = [WorkItem(seeds_by_row[row], t, k) for row, t, k in todo]
-        rows = [{**_info(i, geometry), "messages": render(i.seed, i.target_index, ask.template), **engine_fields(i)}
-                for i in pending]
-        rows, too_long = _fit(rows, ask.cfg, model)
-        if too_long:
-            rejected = {r["cache_key"] for r in too_long}
-            staged.too_long += too_long
-            staged.too_long_info += [_info(i, geometry) for i in pending if i.cache_key in rejected]
-        files.add(rows)
-    staged.paths = files.close()
-    staged.validation = validator.report.as_dict()
-    return staged
-
-
-def _info(item: WorkItem, geometry: bool) -> dict:
-    """What the record of a pending row needs besides the answer (INFO, and TARGET for the geometry filter)."""
-    row = {"cache_key": item.cache_key, "seed_key": item.seed["seed_key"], "target_index": item.target_index,
-           "query_id": item.seed["query_id"], "query": item.seed["query"], "instruction": item.seed["instruction"]}
-    if geometry:
-        target = item.seed["instruction_negatives"][item.target_index]
-        row |= {"target_title": target["title"], "target_text": target["text"]}
-    return row
-
-
-def _call_engine(staged: _Staged, ask: _Asking, store: RecordStore, costs: CostSummary, progress: Progress,
-                 model: _Model) -> None:
-    """A record for every pending item: rejected before the engine, answered, or failed. Answers are
-    judged into records in a stage after the engine (tasks/judging.py); this process publishes them
-    in shards of `shard_rows`, and progress moves with every engine batch."""
-    from tasks.engines import StagedRows, judged, start_wait
+def _call_engine(plan: Plan, ask: Asking, store: RecordStore, costs: CostSummary, progress: Progress,
+                 model_path: str | None, run: str) -> None:
+    """A record for every pending call: rejected before the engine (recorded by pass one), answered,
+    or failed. The stage after the engine publishes the records (tasks/publishing.py); this process
+    follows the shards' summaries, so progress moves with every shard."""
+    from tasks.engines import start_wait
     from tasks.progress import Meter, waiting
 
     cfg, judging = ask.cfg, ask.judging
-    info = PendingInfo(staged.paths, staged.too_long_info, judging.columns)
-    meter = Meter("synthesis", staged.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
-    shards = ShardWriter(store, cfg.shard_rows)
-
-    def publish(records: pa.Table) -> int:
-        costs.mark_answers(records.num_rows)
-        info.mark(records["cache_key"].to_pylist())
-        for rec in records.select(["rejection", "attempts", "prompt_tokens", "completion_tokens", "latency_s"]).to_pylist():
-            costs.add(rec)
-        shards.add(records)
-        return records.num_rows
-
-    def here(results: list[dict]) -> pa.Table:  # rows that never reached the engine: judged in this process
-        infos = info.take([r["cache_key"] for r in results])
-        return RecordStage(judging)([{**i, **r} for r, i in zip(results, infos)])
-
-    if staged.too_long:
-        progress(f"synthesis: {len(staged.too_long)} prompt(s) too long for the engine's context, rejected before sending")
-        meter.start(already=publish(here(staged.too_long)))
-    if staged.paths:
-        with waiting("synthesis", *start_wait(cfg), progress) as wait:
-            batches = judged(cfg, model.path, StagedRows(staged.paths), judging.columns, RecordStage, judging)
-            for n, records in enumerate(batches):
-                answered = publish(records)
-                if n == 0:  # the rate counts from here: the engine answered this batch while it was starting
-                    progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
-                    meter.start(already=answered)
-                else:
-                    meter.advance(answered, f"{costs.accepted} accepted")
-    missing = info.unanswered()  # never left without a record (and retried later)
+    meter = Meter("synthesis", plan.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
+    for _ in range(len(plan.recorded)):  # recorded by pass one: counted, never sent
+        costs.add({"rejection": "prompt_too_long", "attempts": 0, "prompt_tokens": None, "completion_tokens": None,
+                   "latency_s": None})
+    if len(plan.recorded):
+        progress(f"synthesis: {len(plan.recorded)} prompt(s) too long for the engine's context, rejected before sending")
+        meter.start(already=len(plan.recorded))
+    if not len(plan.staged):
+        return
+    staged = StagedRows(store.fs, tuple(store.work_files(STAGED)), plan.drop)
+    sent, shelf = Answered(plan.staged), Shelf(store, RECORDS, run, shard_rows(cfg, len(plan.staged)))
+    with waiting("synthesis", *start_wait(cfg), progress) as wait:
+        for n, summary in enumerate(published(cfg, model_path, staged, judging.columns, RecordStage, (judging,), shelf)):
+            answered = account(summary, sent, costs)
+            if n == 0:  # the rate counts from here: the engine answered these while it was starting
+                progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
+                meter.start(already=answered)
+            else:
+                meter.advance(answered, f"{costs.accepted} accepted")
+    missing = sent.missing()  # never left without a record (and retried later)
     if missing:
-        meter.advance(publish(here([{"cache_key": k, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
-                                    for k in missing])), "engine returned no row for these")
-    shards.close()
+        rows = staged_info(store.fs, staged.paths, missing, judging.columns)
+        records = RecordStage(judging)([{**r, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
+                                        for r in rows])
+        store.write_shard(records, run=run)
+        meter.advance(account(records, sent, costs), "engine returned no row for these")
 
 
-def engine_fields(item: WorkItem) -> dict:
-    """What an engine may read besides the messages: which seed, and which instruction negative is N*.
-    LLM engines ignore them; the reference engine answers from them."""
-    return {"query_id": item.seed["query_id"], "query": item.seed["query"],
-            "target_doc_id": item.seed["instruction_negatives"][item.target_index]["doc_id"]}
+def account(summary: pa.Table, sent: Answered, costs: CostSummary) -> int:
+    """Note a published shard's rows (a summary, or the records themselves) as answered and costed."""
+    sent.mark(summary["cache_key"])
+    costs.mark_answers(summary.num_rows)
+    for rec in summary.select(COST_COLUMNS).to_pylist():
+        costs.add(rec)
+    return summary.num_rows
 
 
-def _fit(rows: list[dict], cfg: SynthesisConfig, model: _Model) -> tuple[list[dict], list[dict]]:
-    """(rows to send, results for rows whose prompt + max_tokens exceeds the engine's context)."""
-    counter = model.counter()
-    if counter is None:
-        return rows, []
-    count, context = counter
-    send, rejected = [], []
-    for row in rows:
-        tokens = count(row["messages"])
-        error = prompt_too_long(tokens, cfg.sampling.max_tokens, context)
-        if error:
-            rejected.append({"cache_key": row["cache_key"], "raw_response": None, "prompt_tokens": tokens,
-                             "attempts": 0, "error": error})
-        else:
-            send.append(row)
-    return send, rejected
-
-
-def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: _Asking, seed_fingerprint: str) -> str:
+def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: Asking, seed_fingerprint: str) -> str:
     """What the derived files depend on: the seeds, the shards (by name: they are never rewritten)
     and the settings that choose and judge records."""
     from tasks.record_store import VERIFICATIONS
@@ -357,7 +235,7 @@ def _derived_exist(store: RecordStore) -> bool:
     return all(store.fs.exists(f"{store.root}/{name}") for name in ("dual_views.parquet", "rejections.parquet", "report.md"))
 
 
-def _current_records(seeds_path: str, storage_options, store: RecordStore, ask: _Asking) -> Iterator[tuple[list[WorkItem], list[dict]]]:
+def _current_records(seeds_path: str, storage_options, store: RecordStore, ask: Asking) -> Iterator[tuple[list[WorkItem], list[dict]]]:
     """(work items, their records with the seed columns) for the current seeds, a seed batch at a
     time; every planned row must have a record by now."""
     index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
@@ -371,7 +249,7 @@ def _current_records(seeds_path: str, storage_options, store: RecordStore, ask: 
         yield items, [{**rec, **seed_fields(i.seed)} for i, rec in zip(items, found)]
 
 
-def _derive(seeds_path: str, storage_options, store: RecordStore, out_options, ask: _Asking, costs: CostSummary,
+def _derive(seeds_path: str, storage_options, store: RecordStore, out_options, ask: Asking, costs: CostSummary,
             progress: Progress) -> dict:
     """Pass two over the seeds: dual_views.parquet (accepted) and rejections.parquet (the rest) for
     the current seeds, streamed, with the outcome counts and report.md. With `verify`, a pass of its

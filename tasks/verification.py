@@ -5,9 +5,10 @@ stays on the query's topic (dualview_core/verification.py). It runs in two steps
 size starts the engine once:
 
 1. `ask_missing` walks the current records (a batch of seeds at a time), stages the prompt of every
-   accepted row that has no verdict yet (tasks/staging.py), then sends them all through one engine
-   and publishes the verdicts as shards of OUT/verifications/, cached by content like the first
-   pass's records. A re-run verifies only rows it has not seen.
+   accepted row that has no verdict yet (tasks/staging.py, in OUT/.work/verify/), then sends them all
+   through one engine; the stage after it publishes the verdicts as shards of OUT/verifications/
+   (tasks/publishing.py), cached by content like the first pass's records. A re-run verifies only
+   rows it has not seen.
 2. `Verdicts.apply`, called by the pass that writes the dual views, rejects every accepted row the
    verifier did not confirm as `unverified`.
 
@@ -17,6 +18,7 @@ in the run's CostSummary.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -31,12 +33,14 @@ from dualview_core.prompting import prompt_version
 from dualview_core.synthesis import CostSummary, WorkItem, error_rejection, seed_fields
 from dualview_core.verification import default_template, parse_verdict, render, verdict_rejection, verify_key
 from tasks.engines import batch_rows
-from tasks.record_store import VERIFICATIONS, RecordStore, ShardWriter
-from tasks.staging import PendingInfo, StagedFiles
+from tasks.publishing import Answered, Shelf, StagedRows, published, shard_rows
+from tasks.record_store import VERIFICATIONS, RecordStore
+from tasks.staging import StagedFiles, staged_info, staged_schema
 
 Progress = Callable[[str], None]
 Current = Iterable[tuple[list[WorkItem], list[dict]]]  # (items, their records) a seed batch at a time
 INFO = ("cache_key", "seed_key", "target_index", "instruction", "query_id", "query", "original_instruction")
+STAGED = ("cache_key", "messages", "target_doc_id", *INFO[1:])  # a staged question: the prompt, and INFO
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,9 @@ class Verifier:
 def ask_missing(current: Current, verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
     """Step 1: every accepted row of `current` without a verdict is asked, all through one engine."""
     index = store.index(verifier.cfg.max_error_runs, folder=VERIFICATIONS)  # two columns per shard, not the records
-    files, seen, accepted = StagedFiles(store.staging(), batch_rows(verifier.pass_cfg)), IdSet(), 0
+    store.clear_work()
+    files = StagedFiles(store.fs, store.work("verify"), "verify", batch_rows(verifier.pass_cfg), staged_schema(STAGED))
+    seen, accepted = IdSet(), 0
     try:
         for items, records in current:
             asked = [(k, i, r) for k, i, r in zip(verifier.keys(items, records), items, records) if k is not None]
@@ -88,40 +94,45 @@ def ask_missing(current: Current, verifier: Verifier, store: RecordStore, costs:
         if paths:
             _ask(paths, verifier, store, costs, progress)
     finally:
-        store.remove_staging()
+        store.clear_work()
 
 
 def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
-    from tasks.engines import StagedRows, judged, start_wait
+    import pyarrow.parquet as pq
+
+    from tasks.engines import start_wait
     from tasks.llm_models import resolve_llm
     from tasks.progress import Meter, waiting
 
-    cfg = verifier.cfg
-    pass_cfg = verifier.pass_cfg
+    cfg, pass_cfg = verifier.cfg, verifier.pass_cfg
     model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir) if cfg.engine == "vllm" else None
-    info = PendingInfo(paths, [], list(INFO))
-    shards = ShardWriter(store, cfg.shard_rows, VERIFICATIONS)
+    keys = pa.concat_arrays([pq.read_table(store.fs.open(p, "rb"), columns=["cache_key"])["cache_key"].combine_chunks()
+                             for p in paths])
+    sent, run = Answered(keys), uuid.uuid4().hex[:16]
+    shelf = Shelf(store, VERIFICATIONS, run, shard_rows(pass_cfg, len(keys)))
 
-    def publish(records: pa.Table) -> int:
-        info.mark(records["cache_key"].to_pylist())
-        for rec in records.select(["prompt_tokens", "completion_tokens"]).to_pylist():
+    def account(summary: pa.Table) -> int:
+        sent.mark(summary["cache_key"])
+        for rec in summary.select(["prompt_tokens", "completion_tokens"]).to_pylist():
             costs.add_verification_call(rec)
-        shards.add(records)
-        return records.num_rows
+        return summary.num_rows
 
-    meter = Meter("verification", len(info.answered), "rows", progress, every_s=10.0)
+    meter = Meter("verification", len(keys), "rows", progress, every_s=10.0)
     with waiting("verification", *start_wait(pass_cfg), progress) as wait:
-        for n, records in enumerate(judged(pass_cfg, model_path, StagedRows(paths), INFO, VerdictStage, verifier)):
-            answered = publish(records)
+        staged = StagedRows(store.fs, paths)
+        for n, summary in enumerate(published(pass_cfg, model_path, staged, list(INFO), VerdictStage, (verifier,), shelf)):
+            answered = account(summary)
             if n == 0:
                 wait.stop()
                 meter.start(already=answered)
             else:
                 meter.advance(answered)
-    missing = info.unanswered()  # no row back: unverified now, asked again next run
+    missing = sent.missing()  # no row back: unverified now, asked again next run
     if missing:
-        publish(VerdictStage(verifier)([{**row, "error": "engine returned no row", "attempts": 1} for row in info.take(missing)]))
-    shards.close()
+        rows = staged_info(store.fs, paths, missing, list(INFO))
+        records = VerdictStage(verifier)([{**row, "error": "engine returned no row", "attempts": 1} for row in rows])
+        store.write_shard(records, VERIFICATIONS, run)
+        account(records)
 
 
 class VerdictStage:

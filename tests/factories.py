@@ -38,8 +38,8 @@ def write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
-def write_parquet(path: Path, rows: list[dict]) -> Path:
-    pq.write_table(pa.Table.from_pylist(rows), path)
+def write_parquet(path: Path, rows: list[dict], row_group_size: int | None = None) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
     return path
 
 

@@ -217,7 +217,7 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
 
     import pyarrow.parquet as pq
 
-    import tasks.engines
+    import tasks.publishing
     import tasks.synthesis
     from dualview_core.config import SynthesisConfig, ValidationConfig
     from tasks.synthesis import UNCHANGED, run_synthesis
@@ -227,8 +227,8 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
     monkeypatch.setattr(tasks.synthesis, "stream_seeds",
                         functools.partial(tasks.synthesis.stream_seeds, cfg=ValidationConfig(batch_rows=8)))
     built = []
-    make_engine = tasks.engines.make_engine
-    monkeypatch.setattr(tasks.engines, "make_engine", lambda cfg, path=None: built.append(cfg.sampling) or make_engine(cfg, path))
+    make_engine = tasks.publishing.make_engine
+    monkeypatch.setattr(tasks.publishing, "make_engine", lambda cfg, path=None: built.append(cfg.sampling) or make_engine(cfg, path))
     seeds, kinds = thirty_seeds(tmp_path)
     results, started = {}, []
     try:

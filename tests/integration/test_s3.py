@@ -100,4 +100,4 @@ def test_synthesis_writes_its_cache_and_tables_to_s3_and_an_unchanged_rerun_stan
     again = run_synthesis(files["seeds"], out, cfg, progress=lines.append, out_storage_options=s3_options)
     assert again["plan"]["pending"] == 0 and again["plan"]["unchanged"] == 6 and again["dual_views"] == 6
     assert any("no change since the last run" in m for m in lines), lines
-    assert not [p for p in fs.find(f"{name}/syn") if p.endswith(".tmp") or "/.pending" in p]
+    assert not [p for p in fs.find(f"{name}/syn") if p.endswith(".tmp") or "/.work" in p]

@@ -78,13 +78,10 @@ def test_vllm_engine_through_ray_data_with_an_over_long_seed(tmp_path):
     assert again["cost"]["engine_rows"] == 0 and outputs(out) == (dual_views, rejections)
 
 
-def test_a_row_the_engine_fails_on_is_a_complete_final_record(tmp_path, monkeypatch):
+def test_a_row_the_engine_fails_on_is_a_complete_final_record(tmp_path):
     """With the length check off, the long prompt reaches vLLM, which fails that row alone."""
-    import tasks.engines
-
-    monkeypatch.setattr(tasks.engines, "prompt_counter", lambda cfg, model_path: None)
     out, seeds = tmp_path / "syn", seeds_with_a_long_one(tmp_path, 2)
-    cfg = SynthesisConfig(shard_rows=4, model_cache_dir=str(MODEL_CACHE), sampling=SamplingConfig(
+    cfg = SynthesisConfig(shard_rows=4, model_cache_dir=str(MODEL_CACHE), count_prompt_tokens=False, sampling=SamplingConfig(
         max_tokens=16, repetition_penalty=1.15, prefill="<answer><new_instruction>", stop=("</new_instruction>",)))
     summary = run_synthesis(str(seeds), str(out), cfg, progress=lambda m: None)
     assert summary["outcomes"]["accepted"] + summary["outcomes"]["rejected"] == 3

@@ -97,7 +97,7 @@ def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, t
     proc.wait()
     published = len(records(killed))
     assert 0 < published < total and published % SHARD_ROWS == 0 and not (killed / "manifest.json").exists()
-    assert list(killed.glob(".pending/*/*.parquet"))  # the killed run's staged input, left behind
+    assert list(killed.glob(".work/staged/*.parquet"))  # the killed run's staged input, left behind
 
     resumed = subprocess.run(cli(seeds, killed, endpoint), check=True, capture_output=True, timeout=900, text=True)
     summary = json.loads(resumed.stdout)  # stdout holds the summary alone (no Ray warning in it)
@@ -105,4 +105,4 @@ def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, t
     assert records(killed) == expected  # every row once, with the same answer and verdict
     views, rejected = outputs(killed)
     assert (views, rejected) == outputs(whole) and len(views) > 0 and len(rejected) > 0
-    assert not list(killed.glob(".pending/*/*"))  # the killed run's staged input is gone after the resume
+    assert not (killed / ".work").exists()  # the killed run's staged input is gone after the resume

@@ -42,35 +42,14 @@ def tables(store: RecordStore) -> list:
     return [store.read_shard(f"{store.out}/records/{name}") for name in store.shard_names()]
 
 
-def test_shard_writer_publishes_full_shards_as_rows_arrive_and_the_rest_on_close(tmp_path):
-    from tasks.record_store import ShardWriter
-
+def test_a_shard_written_again_by_the_same_run_replaces_itself(tmp_path):
+    """A task Ray runs again (its node died after the write) rewrites its shard, whatever the answers
+    say this time; another run, or other keys, make another shard."""
     store = RecordStore(str(tmp_path))
-    shards = ShardWriter(store, rows=3)
-    shards.add([rec("a"), rec("b")])
-    assert store.shard_names() == []  # a batch smaller than a shard waits
-    shards.add([rec(k) for k in "cdefgh"])
-    assert sorted(t.num_rows for t in tables(store)) == [3, 3]
-    shards.close()
-    sizes = sorted(t.num_rows for t in tables(store))
-    keys = sorted(k for t in tables(store) for k in t.column("cache_key").to_pylist())
-    assert sizes == [2, 3, 3] and keys == list("abcdefgh")
-    shards.close()  # nothing left: no empty shard
-    assert len(store.shard_names()) == 3
-
-
-def test_shard_writer_takes_record_tables_in_any_sizes(tmp_path):
-    import pyarrow as pa
-
-    from dualview_core.contracts import SYNTHESIS_RECORD
-    from tasks.record_store import ShardWriter
-
-    store = RecordStore(str(tmp_path))
-    shards = ShardWriter(store, rows=4)
-    keys = [f"k{i}" for i in range(11)]
-    for part in (keys[:1], keys[1:7], keys[7:7], keys[7:11]):  # 1, 6, 0 and 4 rows, as engine batches come
-        shards.add(pa.Table.from_pylist([rec(k) for k in part], schema=SYNTHESIS_RECORD))
-    assert sorted(t.num_rows for t in tables(store)) == [4, 4]
-    shards.close()
-    assert sorted(t.num_rows for t in tables(store)) == [3, 4, 4]
-    assert sorted(k for t in tables(store) for k in t.column("cache_key").to_pylist()) == sorted(keys)
+    first = store.write_shard([rec("a"), rec("b")], run="r1")
+    again = store.write_shard([rec("b", raw="asked again"), rec("a", raw="asked again")], run="r1")
+    assert first == again and store.shard_names() == [first]
+    assert tables(store)[0].column("raw_response").to_pylist() == ["asked again"] * 2
+    other_run = store.write_shard([rec("a"), rec("b")], run="r2")
+    other_keys = store.write_shard([rec("a")], run="r1")
+    assert len({first, other_run, other_keys}) == 3 and len(store.shard_names()) == 3

@@ -1,49 +1,26 @@
-"""Staged engine input comes in bounded files, and each pending row's info is read back from them by key, in
-any order, without holding it."""
+"""Staged engine input comes in bounded files of whole engine batches, and a few rows come back by key."""
 
 from __future__ import annotations
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
-from tasks.staging import STAGE_ROWS, PendingInfo, StagedFiles
 from tasks.judging import INFO, TARGET
+from tasks.staging import STAGE_ROWS, StagedFiles, staged_info, staged_schema
+
+COLUMNS = ["messages", *INFO, *TARGET]
 
 
 def info(i: int) -> dict:
     return {"cache_key": f"k{i:03d}", "seed_key": f"s{i}", "target_index": i % 3, "query_id": f"q{i}",
-            "query": f"query {i}", "instruction": f"instruction {i}", "target_title": f"t{i}", "target_text": f"text {i}"}
-
-
-@pytest.fixture
-def staged(tmp_path) -> list[str]:
-    paths = []
-    for f, rows in enumerate([range(5), range(5, 7), range(7, 12)]):
-        path = tmp_path / f"part-{f}.parquet"
-        pq.write_table(pa.Table.from_pylist([{**info(i), "messages": [{"role": "user", "content": "x"}]} for i in rows]), path)
-        paths.append(str(path))
-    return paths
-
-
-@pytest.mark.parametrize("geometry", [False, True])
-def test_info_comes_back_by_key_from_files_and_held_rows(staged, geometry):
-    columns = list(INFO + TARGET) if geometry else list(INFO)
-    pending = PendingInfo(staged, [info(12), info(13)], columns)
-    order = [11, 0, 12, 6, 3]  # across files, and a row held in memory
-    assert pending.take([f"k{i:03d}" for i in order]) == [{c: info(i)[c] for c in columns} for i in order]
-    assert pending.unanswered() == [f"k{i:03d}" for i in range(14) if i not in order]
-    with pytest.raises(RuntimeError, match="not sent: nope"):
-        pending.take(["nope"])
-
-
-def test_nothing_pending_is_nothing_unanswered():
-    pending = PendingInfo([], [], list(INFO))
-    assert pending.unanswered() == [] and pending.take([]) == []
+            "query": f"query {i}", "instruction": f"instruction {i}", "target_title": f"t{i}", "target_text": f"text {i}",
+            "messages": [{"role": "user", "content": f"m{i}"}]}
 
 
 def test_staged_files_are_bounded_in_row_groups_of_one_engine_batch_and_keep_every_row_in_order(tmp_path):
-    files = StagedFiles(str(tmp_path), group_rows=100)
+    fs = fsspec.filesystem("file")
+    files = StagedFiles(fs, str(tmp_path), "part", group_rows=100, schema=staged_schema(COLUMNS))
     rows = [info(i) for i in range(2 * STAGE_ROWS + 5)]
     for start in range(0, len(rows), 1000):  # added in batches that line up with neither files nor groups
         files.add(rows[start:start + 1000])
@@ -52,5 +29,16 @@ def test_staged_files_are_bounded_in_row_groups_of_one_engine_batch_and_keep_eve
     assert [pq.ParquetFile(p).metadata.num_rows for p in paths] == [file_rows, file_rows, len(rows) - 2 * file_rows]
     groups = [pq.ParquetFile(p).metadata.row_group(g).num_rows for p in paths for g in range(pq.ParquetFile(p).num_row_groups)]
     assert set(groups[:-1]) == {100} and groups[-1] == (len(rows) - 2 * file_rows) % 100
-    assert pa.concat_tables([pq.read_table(p) for p in paths]).to_pylist() == rows
-    assert StagedFiles(str(tmp_path), group_rows=5000).file_rows == 5000  # a batch larger than a file: a file a batch
+    table = pa.concat_tables([pq.read_table(p) for p in paths])
+    assert table.to_pylist() == [{c: r[c] for c in table.column_names} for r in rows]
+    assert table.schema.field("target_index").type == pa.int32()
+    assert StagedFiles(fs, str(tmp_path), "big", group_rows=5000, schema=staged_schema(COLUMNS)).file_rows == 5000
+
+
+def test_rows_come_back_by_key_in_the_order_asked(tmp_path):
+    fs = fsspec.filesystem("file")
+    files = StagedFiles(fs, str(tmp_path), "part", group_rows=4, schema=staged_schema(COLUMNS))
+    files.add([info(i) for i in range(10)])
+    paths = files.close()
+    got = staged_info(fs, paths, ["k007", "k001", "k009"], list(INFO))
+    assert got == [{c: info(i)[c] for c in INFO} for i in (7, 1, 9)]

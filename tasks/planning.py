@@ -1,0 +1,213 @@
+"""The first pass of a synthesis run, as a Ray Data job: every chunk of the seed source is read,
+validated, keyed and checked against the cache index by a Ray Data task, in parallel, wherever the
+cluster has CPUs; the same task renders the calls not yet cached, counts their prompt tokens, and
+stages them for the engine in OUT/.work/staged/ (a row too long for the engine's context is recorded
+as rejected there and then, in a shard of its own). Rows that fail validation go to
+OUT/.work/quarantine/. The driver gets back one PLAN_ROW per source row and decides what only the
+whole source decides (dualview_core/plan.py): duplicates, the limit, the seed map, the report; then
+it writes OUT/quarantine.parquet from the chunks' parts, in source order.
+
+With a `limit`, a first job only plans (no index, no rendering) and a second one stages the seeds
+chosen, so a smoke run on a large source renders a few rows, not all of them. Duplicates are rare:
+their raw rows are read again by a small job of their own, for the quarantine.
+
+The driver holds the plan (dualview_core/plan.py: ~300 MB at 2.3M source rows), one chunk's
+quarantine while it writes the file, never a row's passages. A task holds one batch of rows and one
+staged file's rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dualview_core.chunks import Chunk, locator, split
+from dualview_core.config import ValidationConfig
+from dualview_core.contracts import QUARANTINE, Rejected
+from dualview_core.io import TableWriter, quarantine_table
+from dualview_core.plan import Plan, PlanBuilder, PlanRows, with_calls
+from dualview_core.prompting import render
+from dualview_core.seeds import acyclic, duplicate, is_synthesis_seed, rejected, validate
+from dualview_core.sources import chunks, filesystem, read_rows
+from dualview_core.synthesis import cache_key, prompt_too_long, targets
+from tasks.judging import Asking, RecordStage, engine_row
+from tasks.record_store import WORK, RecordStore
+from tasks.staging import StagedFiles, staged_schema
+
+STAGED, QUARANTINED = "staged", "quarantine"
+PLAN_CPUS = 1.0  # a chunk task validates and renders: CPU-bound, one core
+
+
+@dataclass(frozen=True)
+class FirstPass:
+    """What every chunk task needs (pickled into each): the source and its chunks, how to ask, where
+    to write, and what this job does: `stage` the calls not cached, or only plan; `wanted` rows per
+    chunk (sorted locators), or all; `duplicates`: quarantine the wanted rows as duplicates."""
+
+    seeds: str
+    seed_options: dict | None
+    chunks: tuple[Chunk, ...]
+    validation: ValidationConfig
+    ask: Asking
+    store: RecordStore
+    run: str
+    model_path: str | None = None
+    index: object = None  # an ObjectRef of the cache's KeyIndex (staging jobs only)
+    stage: bool = True
+    wanted: np.ndarray | None = None
+    duplicates: bool = False
+
+
+def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: Asking, model_path: str | None,
+               run: str, progress: Callable[[str], None]) -> Plan:
+    """Pass one: the plan of this run (dualview_core.plan.Plan), with the calls not cached staged under
+    OUT/.work/staged/ and OUT/quarantine.parquet written."""
+    import ray
+
+    from tasks.ray_runtime import ensure_ray
+
+    ensure_ray(ask.cfg.ray_address)
+    fs, pieces = chunks(seeds, seed_options)
+    index = store.index(ask.cfg.max_error_runs)  # two columns of each shard, not the records
+    job = FirstPass(seeds, seed_options, tuple(pieces), ValidationConfig(), ask, store, run, model_path,
+                    index=ray.put(index.index), stage=ask.cfg.limit is None)
+    progress(f"synthesis: reading {seeds} in {len(pieces)} chunk(s) on the Ray cluster")
+    builder = PlanBuilder()
+    for table in _run(job):
+        builder.add(table)
+    plan = builder.resolve(ask.cfg.limit)
+    if not job.stage and len(plan.seeds):  # the limit's second job: only the seeds chosen
+        plan = with_calls(plan, list(_run(replace(job, stage=True, wanted=plan.seeds))))
+    if len(plan.duplicates):
+        for _ in _run(replace(job, stage=False, wanted=plan.duplicates, duplicates=True)):
+            pass
+    _write_quarantine(store, plan, len(pieces), seeds)
+    return plan
+
+
+def _run(job: FirstPass):
+    """The job's PLAN_ROW tables, a chunk's at a time, as Ray Data tasks finish them."""
+    import ray
+
+    todo = range(len(job.chunks)) if job.wanted is None else sorted(set(split(job.wanted)[0].tolist()))
+    if not todo:
+        return
+    ds = ray.data.from_items([{"chunk": c} for c in todo], override_num_blocks=len(todo))
+    ds = ds.map_batches(_chunk_task, fn_args=(job,), batch_size=1, batch_format="pyarrow", num_cpus=PLAN_CPUS)
+    yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+
+
+def _chunk_task(batch: pa.Table, job: FirstPass) -> pa.Table:
+    return pa.concat_tables([plan_chunk(job, c) for c in batch["chunk"].to_pylist()])
+
+
+_TOOLS: dict = {}  # per worker process: the cache index and the prompt counter, loaded once for many chunks
+
+
+def _tool(name: str, key: object, load: Callable[[], object]) -> object:
+    if _TOOLS.get(name, (None,))[0] != key:
+        _TOOLS[name] = (key, load())
+    return _TOOLS[name][1]
+
+
+def plan_chunk(job: FirstPass, c: int) -> pa.Table:
+    """Read, validate, key, look up and (when staging) render, count and stage one chunk."""
+    ask = job.ask
+    fs = filesystem(job.seeds, job.seed_options)[0]
+    if job.wanted is not None:
+        chunk_of, row_of = split(job.wanted)
+        wanted = set(row_of[chunk_of == c].tolist())
+    rows, bad = PlanRows(c), []
+    staged = StagedFiles(job.store.fs, job.store.work(STAGED), f"{c:06d}", ask.batch_rows,
+                         staged_schema([*ask.staged_columns, "locator"])) if job.stage else None
+    too_long: list[dict] = []
+    for batch in read_rows(fs, job.chunks[c], job.validation.batch_rows):
+        with acyclic():
+            batch = batch if job.wanted is None else [r for r in batch if r.index in wanted]
+            results = [(raw, validate(raw, job.validation)) for raw in batch]
+            if job.duplicates:
+                bad += [rejected(raw, *duplicate(seed)) for raw, seed in results if not isinstance(seed, Rejected)]
+                continue
+            calls = _calls(job, [(raw.index, seed) for raw, seed in results
+                                        if not isinstance(seed, Rejected) and is_synthesis_seed(seed)])
+            for raw, seed in results:
+                if isinstance(seed, Rejected):
+                    rows.quarantined(raw.index, seed.reason)
+                    bad.append(seed)
+                    continue
+                n, send, refused = calls.get(raw.index, (0, [], []))
+                rows.valid(raw.index, seed, [r["cache_key"] for r in send], [r["cache_key"] for r in refused], calls=n)
+                if staged:
+                    staged.add([{**r, "locator": locator(c, raw.index)} for r in send])
+                too_long += refused
+    if staged:
+        staged.close()
+    if bad:
+        name = f"{c:06d}{'-dup' if job.duplicates else ''}.parquet"
+        with TableWriter(job.store.path(f"{WORK}/{QUARANTINED}/{name}"), QUARANTINE, job.store.options) as w:
+            w.write(quarantine_table(bad, job.seeds))
+    if too_long:  # rejected before the engine: recorded here, in a shard of their own
+        job.store.write_shard(RecordStage(ask.judging)(too_long), run=job.run)
+    return rows.table()
+
+
+def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int, list, list]]:
+    """row -> (calls, rows to stage, results of rows too long for the engine) for a batch's synthesis
+    seeds; without staging, only the number of calls."""
+    ask = job.ask
+    keyed = [(row, seed, t, cache_key(seed["seed_key"], t, ask.version, ask.model_id, ask.sampling))
+             for row, seed in seeds for t in targets(seed, ask.cfg.per_negative)]
+    out = {row: (0, [], []) for row, _ in seeds}
+    for row, _, _, _ in keyed:
+        n, send, refused = out[row]
+        out[row] = (n + 1, send, refused)
+    if not job.stage:
+        return out
+    import ray
+
+    from tasks.engines import prompt_counter
+
+    found = _tool("index", job.index, lambda: ray.get(job.index)).lookup([k for *_, k in keyed])
+    counter = _tool("counter", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_counter(ask.cfg, job.model_path))
+    for (row, seed, t, key), at in zip(keyed, found):
+        if at >= 0:
+            continue
+        staged = engine_row(seed, t, key, render(seed, t, ask.template), ask.geometry)
+        error = None
+        if counter is not None:
+            count, context = counter
+            tokens = count(staged["messages"])
+            error = prompt_too_long(tokens, ask.cfg.sampling.max_tokens, context)
+        if error:
+            out[row][2].append({**{k: staged[k] for k in ask.judging.columns}, "raw_response": None,
+                                "prompt_tokens": tokens, "attempts": 0, "error": error})
+        else:
+            out[row][1].append(staged)
+    return out
+
+
+def _write_quarantine(store: RecordStore, plan: Plan, n_chunks: int, seeds: str) -> None:
+    """OUT/quarantine.parquet from the chunks' parts, in source order, with positions across the
+    source (a chunk's part numbers its rows within the chunk). Written even when empty."""
+    parts: dict[int, list[str]] = {}
+    for path in store.work_files(QUARANTINED):
+        parts.setdefault(int(os.path.basename(path)[:6]), []).append(path)
+    with TableWriter(store.path("quarantine.parquet"), QUARANTINE, store.options) as out:
+        for c in sorted(parts):
+            table = pa.concat_tables([_read(store, p) for p in parts[c]])
+            table = table.take(pc.sort_indices(table["row_index"]))
+            positions = table["row_index"].to_numpy() + plan.offsets.get(c, 0)
+            out.write(table.set_column(table.schema.get_field_index("row_index"), "row_index", pa.array(positions)))
+
+
+def _read(store: RecordStore, path: str) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    with store.fs.open(path, "rb") as f:
+        return pq.read_table(f)
+

@@ -1,0 +1,139 @@
+"""The pass after staging: staged rows through an engine, then judged and published as record shards
+by the Ray Data workers that judge them.
+
+`published(cfg, model_path, staged, judge, shelf)` reads the staged files a row group per task
+(tasks/staged_source.py; every node reads the output's storage), sends them through the configured
+engine, and runs `Publish` after it: a Ray Data actor pool that judges `shelf.rows` result rows at a
+time with `judge` (tasks/judging.py's records, tasks/verification.py's verdicts) and writes them as
+one shard under OUT/<folder>/. What reaches the driver is the shard's summary only: per record its
+key and cost columns, and the shard's name. An engine that answers in this process (the reference
+engine) goes through the same `Publish`, called here.
+
+A shard's name comes from its run and keys (RecordStore.write_shard): a task Ray runs again after a
+node died rewrites its shard rather than adding one. The driver holds one summary at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dualview_core.config import SynthesisConfig
+from tasks.engines import HELPER_CPUS, RayDataEngine, batch_rows, make_engine, result_row
+from tasks.judging import ENGINE_INPUT
+from tasks.record_store import RecordStore
+
+COST_COLUMNS = ["cache_key", "rejection", "attempts", "prompt_tokens", "completion_tokens", "latency_s"]
+PUBLISHERS = 4  # most actors of the stage after the engine (it starts with one)
+PROGRESS_STEPS = 8  # a pass publishes at least this many shards when it can: progress a person sees move
+
+
+@dataclass(frozen=True)
+class StagedRows:
+    """Engine input staged as Parquet files (`paths` in `fs`), less the rows whose `locator` is in `drop`."""
+
+    fs: fsspec.AbstractFileSystem
+    paths: tuple[str, ...]
+    drop: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+
+@dataclass(frozen=True)
+class Shelf:
+    """Where the stage after the engine publishes: `store`'s `folder`, shards of `rows` named for `run`."""
+
+    store: RecordStore
+    folder: str
+    run: str
+    rows: int
+
+
+def shard_rows(cfg: SynthesisConfig, rows: int) -> int:
+    """Rows per published shard for a pass of `rows` rows: `shard_rows` rounded down to whole engine
+    batches (so that the batches Ray Data gathers for a shard add up to it exactly), and no more than
+    an eighth of the pass, so a small run's progress moves too; at least one engine batch.
+
+        >>> cfg = SynthesisConfig(shard_rows=1000)  # vLLM batches of 8
+        >>> shard_rows(cfg, 1_000_000), shard_rows(cfg, 66), shard_rows(SynthesisConfig(shard_rows=5), 10**6)
+        (1000, 16, 8)
+    """
+    batch = batch_rows(cfg)
+    eighth = -(-rows // PROGRESS_STEPS)
+    return max(batch, min(cfg.shard_rows // batch, -(-eighth // batch)) * batch)
+
+
+class Publish:
+    """Result rows (an engine's answers with their staged columns) -> one shard; returns its summary."""
+
+    def __init__(self, judge: type, args: tuple, shelf: Shelf):
+        self.judge, self.shelf = judge(*args), shelf
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        records = self.judge([{**row, **result_row(row)} for row in batch.to_pylist()])
+        name = self.shelf.store.write_shard(records, self.shelf.folder, self.shelf.run)
+        return records.select(COST_COLUMNS).append_column("shard", pa.array([name] * records.num_rows, pa.string()))
+
+
+def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, columns: list[str], judge: type,
+              args: tuple, shelf: Shelf) -> Iterator[pa.Table]:
+    """The summaries of the shards published as the engine answers the staged rows (see the module)."""
+    engine = make_engine(cfg, model_path)
+    carry = [c for c in columns if c not in ("cache_key", "messages")]
+    wanted = [*ENGINE_INPUT, *(c for c in carry if c not in ENGINE_INPUT)]
+    if isinstance(engine, RayDataEngine):
+        from ray.data import ActorPoolStrategy
+
+        from tasks.ray_runtime import ensure_ray
+        from tasks.staged_source import read_staged
+
+        ensure_ray(cfg.ray_address)
+        ds = engine.transform(read_staged(staged, wanted), carry)
+        ds = ds.map_batches(Publish, fn_constructor_args=(judge, args, shelf), batch_size=shelf.rows, batch_format="pyarrow",
+                            compute=ActorPoolStrategy(min_size=1, max_size=PUBLISHERS), num_cpus=HELPER_CPUS)
+        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+        return
+    publish, held = Publish(judge, args, shelf), []
+    for rows in staged_rows(staged, wanted):
+        by_key = {r["cache_key"]: r for r in rows}
+        for answers in engine.answers(rows):
+            held += [{**by_key[a["cache_key"]], **a} for a in answers]
+            while len(held) >= shelf.rows:
+                yield publish(pa.Table.from_pylist(held[:shelf.rows]))
+                held = held[shelf.rows:]
+    if held:
+        yield publish(pa.Table.from_pylist(held))
+
+
+class Answered:
+    """Which of the keys sent to an engine have come back (sorted fixed-width bytes: ~40 bytes a key)."""
+
+    def __init__(self, keys: pa.Array):
+        self.keys = np.sort(keys.to_numpy(zero_copy_only=False).astype("S"))
+        self.back = np.zeros(len(self.keys), dtype=bool)
+
+    def mark(self, keys: pa.Array) -> None:
+        wanted = keys.to_numpy(zero_copy_only=False).astype("S")
+        if not len(wanted):
+            return
+        at = np.minimum(np.searchsorted(self.keys, wanted), max(len(self.keys) - 1, 0))
+        if not len(self.keys) or (self.keys[at] != wanted).any():
+            raise RuntimeError(f"the engine answered a row that was not sent: {wanted[self.keys[at] != wanted][0]!r}")
+        self.back[at] = True
+
+    def missing(self) -> list[str]:
+        return [k.decode() for k in self.keys[~self.back]]
+
+
+def staged_rows(staged: StagedRows, columns: list[str]) -> Iterator[list[dict]]:
+    """The staged rows (`columns`), a file at a time, for an engine in this process."""
+    for path in staged.paths:
+        with staged.fs.open(path, "rb") as f:
+            table = pq.read_table(f)
+        if len(staged.drop) and "locator" in table.column_names:
+            table = table.filter(pc.invert(pc.is_in(table["locator"], value_set=pa.array(staged.drop))))
+        yield table.select(columns).to_pylist()
