@@ -207,21 +207,37 @@ def bench_openai(args, folder: Path) -> list[dict]:
         server.wait()
 
 
+def variant_seeds(rows: int, folder: Path) -> str:
+    """`rows` eligible seeds: the bundled sample's eligible rows (MS MARCO-sized passages), repeated
+    with the case number in the query, so every prompt is distinct and realistic."""
+    from dualview_core import samples
+
+    base = [json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    base = [r for r in base if r["has_instruction"] and r["new_negatives"]]
+    path = folder / f"variants-{rows}.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(rows):
+            r, case = base[i % len(base)], i // len(base)
+            only = f"{r['only_query']} (case {case})" if case else r["only_query"]
+            f.write(json.dumps({**r, "query_id": f"{r['query_id']}-{case}", "only_query": only,
+                                "query": f"{only} {r['only_instruction']}"}, ensure_ascii=False) + "\n")
+    return str(path)
+
+
 def bench_vllm_side(which: str, rows: int, folder: Path, batching: tuple[int, int] | None = None) -> dict:
     from dualview_core.config import SynthesisConfig
 
-    cfg = SynthesisConfig(limit=rows, shard_rows=16, model_cache_dir=str(Path(__file__).resolve().parents[1] / ".cache/models"))
+    cfg = SynthesisConfig(model_cache_dir=str(Path(__file__).resolve().parents[1] / ".cache/models"))
     if batching:  # (batch_size, max_concurrent_batches) instead of the CPU profile's
         cfg = cfg.model_copy(update={"vllm": cfg.vllm.model_copy(update=dict(zip(("batch_size", "max_concurrent_batches"), batching)))})
-    from dualview_core import samples
-
+    seeds = variant_seeds(rows, folder)
     if which == "vllm-pipeline":
         from tasks.llm_models import resolve_llm
         from tasks.synthesis import run_synthesis
 
         resolve_llm(cfg.vllm.model, cfg.model_cache_dir)
         start = time.perf_counter()
-        summary = run_synthesis(samples.seeds_path(), str(folder / f"out-vllm-{batching}"), cfg, progress=lambda m: None)
+        summary = run_synthesis(seeds, str(folder / f"out-vllm-{batching}"), cfg, progress=lambda m: None)
         total = time.perf_counter() - start
         cost = summary["cost"]
         return {"total_s": total, "rows": cost["engine_rows"], "first_answers_s": cost["first_answers_s"],
@@ -237,7 +253,7 @@ def bench_vllm_side(which: str, rows: int, folder: Path, batching: tuple[int, in
               max_model_len=v.max_model_len, enable_prefix_caching=v.enable_prefix_caching,
               **({"max_num_seqs": v.max_num_seqs} if v.max_num_seqs else {}))
     startup = time.perf_counter() - start
-    conversations = rendered(samples.seeds_path(), cfg)
+    conversations = rendered(seeds, cfg)
     params = SamplingParams(**s.engine_params())
     start = time.perf_counter()
     llm.chat(conversations, params, add_generation_prompt=False, continue_final_message=True, use_tqdm=False)
@@ -282,7 +298,7 @@ def main() -> None:
                         help="openai engine actors (synthesis.openai.actors); each gets concurrency / actors")
     parser.add_argument("--shard-rows", type=int, default=256)
     parser.add_argument("--skip-httpx", action="store_true", help="leave out the bare httpx loop (slow)")
-    parser.add_argument("--vllm-rows", type=int, default=32)
+    parser.add_argument("--vllm-rows", type=int, default=128)
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--skip-openai", action="store_true", help="(b) only")
     parser.add_argument("--vllm-batching", type=int, nargs=2, action="append", metavar=("BATCH", "IN_FLIGHT"),

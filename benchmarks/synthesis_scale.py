@@ -1,70 +1,45 @@
-"""Synthesis bookkeeping at scale: what the driver holds and how long an unchanged re-run takes.
+"""Synthesis at the users' scale: the whole pipeline against a bare aiohttp loop, in one run.
 
-The engine is replaced by an instant in-process one (a fixed answer per row, no model, no Ray), so
-what is measured is everything around the engine: reading and validating seeds, the cache index,
-rendering, parsing and guards, record shards, the derived tables and the manifest. Seeds are the
-realistic synthetic rows of benchmarks/seed_scale.py (passages ~600 characters, 1 positive,
-8 negatives, 1-3 instruction negatives); enough source rows are generated for `--rows` synthesis rows.
+Seeds are the realistic synthetic rows of benchmarks/seed_scale.py (passages of 150-300 characters,
+1 positive, 8 negatives, 0-3 instruction negatives, ~0.5% bad rows), in one Parquet file with enough
+source rows for `--rows` synthesis seeds. The engine is the real openai engine through Ray Data
+(`--concurrency` requests in flight over `--actors` actors) against the fixed-latency
+OpenAI-compatible server of benchmarks/synthesis_overhead.py, in its own process. Per size:
 
-Each run is its own subprocess, so its peak RSS (VmHWM) is the driver's alone:
-  1. a first run into an empty output folder (every row sent to the engine);
-  2. the same run again, unchanged (nothing to send).
-Reported per size: synthesis rows, driver peak RSS, rows/s of the first run, record shards, re-run
-seconds and its peak RSS, and the load average when it ran (the machine is shared).
+1. anchor: a bare asyncio loop over one aiohttp session sends the same request bodies to the same
+   server at the same concurrency (the first `--anchor-rows` seeds): what a user would write by hand;
+2. a first run into an empty output folder, in its own process: wall time, the time of each pass
+   (plan: Ray Data over the seed chunks; engine: staged rows -> engine -> judge -> shards; the
+   rest: derived tables and manifest), rows/s end to end and in the engine pass, the driver's peak
+   RSS (VmHWM) and the process tree's peak (the driver, Ray and its workers: the sum of their PSS,
+   sampled twice a second), and the record shards written;
+3. the same run again, unchanged: wall time and peak RSS; with `--s3`, also against a copy of the
+   output on a local moto S3 server, counting the requests it serves.
 
-With `--verify` the runs verify too (the instant engine confirms every row), so the verification
-pass's bookkeeping is measured with the rest. With `--endpoint-latency-ms MS` the engine is the real
-openai engine through Ray Data (concurrency 64, one actor) against the fixed-latency server of
-benchmarks/synthesis_overhead.py, in its own process: the driver's peak then includes Ray's driver
-and the staged input's path into the pipeline. That server answers every prompt with a new
-instruction, so with `--verify` every verdict is a "no" there (a different workload).
+Targets (issue "Synthesis at cluster scale"): engine pass >= 0.8 x the bare loop; driver peak <= 1 GB;
+unchanged re-run <= 20 s at 100k rows and <= 3 min at 1M; a small, bounded number of S3 requests.
 
-Run:  python benchmarks/synthesis_scale.py --rows 20000 100000 [--verify --shard-rows 1024 --workdir DIR --keep]
+Run:  nice -n 5 python benchmarks/synthesis_scale.py --rows 100000 1000000 [--s3 --workdir DIR --keep]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULT = "BENCH-RESULT "
-ANSWER = "<answer><new_instruction>Only documents that discuss the topic in a formal register.</new_instruction></answer>"
-VERDICT = "<satisfies>yes</satisfies><violates>yes</violates><on_topic>yes</on_topic>"
-BATCH_ROWS = 1024  # answers handed back at a time, like one engine batch
 SOURCE_PER_ROW = 2.3  # about 45% of generated rows are eligible synthesis seeds
-
-
-class InstantEngine:
-    """Answers every row at once with a fixed answer, in this process."""
-
-    model_id = "instant"
-
-    def __init__(self, answer: str = ANSWER):
-        self.answer = answer
-
-    def answers(self, rows):
-        out = []
-        for row in rows:
-            out.append({"cache_key": row["cache_key"], "raw_response": self.answer, "prompt_tokens": 900,
-                        "completion_tokens": 20, "latency_s": 0.0, "attempts": 1, "error": None})
-            if len(out) == BATCH_ROWS:
-                yield out
-                out = []
-        if out:
-            yield out
-
-    def judged(self, staged, columns, stage, *args):
-        from tasks.engines import judged_here
-
-        return judged_here(self, staged, columns, stage, *args)
 
 
 def peak_rss_mb() -> float:
@@ -72,86 +47,189 @@ def peak_rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
 
 
-def child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool, endpoint: str | None) -> None:
-    import tasks.engines as engines
+class TreeMemory(threading.Thread):
+    """The peak of the summed PSS of a process and its descendants, sampled every `every_s` seconds."""
+
+    def __init__(self, pid: int, every_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.pid, self.every_s, self.peak_mb, self.done = pid, every_s, 0.0, threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        root = psutil.Process(self.pid)
+        while not self.done.wait(self.every_s):
+            total = 0
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            for p in procs:
+                try:
+                    total += p.memory_full_info().pss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            self.peak_mb = max(self.peak_mb, total / 2**20)
+
+
+def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, shard_rows: int,
+          storage_options: str | None) -> None:
     from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
     from tasks.synthesis import run_synthesis
 
-    if endpoint:
-        cfg = SynthesisConfig(engine="openai", verify=verify, limit=rows, shard_rows=shard_rows,
-                              openai=OpenAIEngineConfig(base_url=endpoint, model="bench", concurrency=64))
-    else:  # the reference engine refuses to verify; with --verify the instant engine stands in for openai
-        engine = "openai" if verify else "reference"
-        cfg = SynthesisConfig(engine=engine, verify=verify, limit=rows, shard_rows=shard_rows)
-        engines.ENGINES[engine] = lambda c, model_path: InstantEngine(VERDICT if c.sampling == cfg.verify_sampling else ANSWER)
+    cfg = SynthesisConfig(engine="openai", shard_rows=shard_rows,
+                          openai=OpenAIEngineConfig(base_url=endpoint, model="bench", concurrency=concurrency, actors=actors))
+    lines: list[tuple[float, str]] = []
     start = time.perf_counter()
-    summary = run_synthesis(seeds, out, cfg, progress=lambda m: print(m, file=sys.stderr, flush=True))
+
+    def progress(line: str) -> None:
+        lines.append((time.perf_counter() - start, line))
+        print(line, file=sys.stderr, flush=True)
+
+    options = json.loads(storage_options) if storage_options else None
+    summary = run_synthesis(seeds, out, cfg, progress=progress, out_storage_options=options)
     seconds = time.perf_counter() - start
-    print(RESULT + json.dumps({"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "plan": summary["plan"],
-                               "dual_views": summary["dual_views"], "rejected": summary["rejected"],
-                               "verify_rows": summary["cost"]["verify_rows"],
-                               "shards": len(list(Path(out, "records").glob("part-*.parquet")))}), flush=True)
+    planned = next((t for t, line in lines if " to send, " in line), None)
+    answered = [t for t, line in lines if re.match(r"synthesis: (engine ready|\d+/\d+ rows)", line)]
+    from tasks.record_store import RecordStore
+
+    shards = len(RecordStore(out, options).shard_names())
+    print(RESULT + json.dumps({
+        "seconds": seconds, "plan_s": planned, "engine_s": (answered[-1] - planned) if answered and planned else None,
+        "peak_rss_mb": peak_rss_mb(), "plan": summary["plan"], "cost": summary["cost"], "shards": shards,
+        "dual_views": summary["dual_views"], "rejected": summary["rejected"]}), flush=True)
 
 
-def run_child(seeds: str, out: str, rows: int, shard_rows: int, verify: bool, endpoint: str | None) -> dict:
-    cmd = [sys.executable, __file__, "--child", seeds, out, "--rows", str(rows), "--shard-rows", str(shard_rows),
-           *(["--verify"] if verify else []), *(["--endpoint", endpoint] if endpoint else [])]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=os.getcwd())
+def run_child(seeds: str, out: str, endpoint: str, args, storage_options: dict | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--child", seeds, out, "--endpoint", endpoint, "--concurrency", str(args.concurrency),
+           "--actors", str(args.actors), "--shard-rows", str(args.shard_rows)]
+    if storage_options:
+        cmd += ["--storage-options", json.dumps(storage_options)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+    tree = TreeMemory(proc.pid)
+    tree.start()
+    stdout, stderr = proc.communicate()
+    tree.done.set()
     if proc.returncode:
-        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith(RESULT))
-    return {**json.loads(line[len(RESULT):]), "load": os.getloadavg()[0]}
+        raise SystemExit(f"child failed:\n{stderr[-3000:]}")
+    line = next(x for x in stdout.splitlines() if x.startswith(RESULT))
+    return {**json.loads(line[len(RESULT):]), "tree_peak_mb": tree.peak_mb, "load": os.getloadavg()[0]}
+
+
+def anchor(seeds: str, endpoint: str, rows: int, concurrency: int) -> float:
+    """rows/s of a bare aiohttp loop sending the first `rows` seeds' request bodies at `concurrency`."""
+    from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
+    from dualview_core.loading import stream_seeds
+    from dualview_core.prompting import default_template, render
+    from dualview_core.seeds import select_synthesis_seeds
+    from synthesis_overhead import bare_aiohttp
+    from tasks.openai_client import ChatClient
+
+    cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_url=endpoint, model="bench"))
+    client, template, bodies = ChatClient(cfg.openai, cfg.sampling), default_template(), []
+    batches, _ = stream_seeds(seeds)
+    for batch in batches:
+        for seed in select_synthesis_seeds(batch).to_pylist():
+            bodies.append(client._body(render(seed, 0, template)))
+            if len(bodies) == rows:
+                break
+        if len(bodies) == rows:
+            break
+    return len(bodies) / asyncio.run(bare_aiohttp(endpoint, bodies, concurrency))
+
+
+def s3_rerun(seeds: str, out: str, endpoint: str, args, workdir: str) -> dict:
+    """The unchanged re-run against a copy of the output on a local moto server, with its request count."""
+    import socket
+
+    import s3fs
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = Path(workdir) / "moto.log"
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    with open(log, "wb") as f:
+        moto = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=f, stderr=subprocess.STDOUT, env=env)
+    try:
+        time.sleep(3)
+        options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+        fs = s3fs.S3FileSystem(**options)
+        fs.mkdir("bench")
+        fs.put(out, "bench/out", recursive=True)
+        before = requests(log)
+        os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")})
+        again = run_child(seeds, "s3://bench/out", endpoint, args, options)
+        return {**again, "s3_requests": requests(log) - before}
+    finally:
+        moto.kill()
+        moto.wait()
+
+
+def requests(log: Path) -> int:
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if '" ' in line and "HTTP/1." in line)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[20_000, 100_000])
+    ap.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--latency-ms", type=float, default=50)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--actors", type=int, default=1)
     ap.add_argument("--shard-rows", type=int, default=1024)
+    ap.add_argument("--anchor-rows", type=int, default=20_000)
+    ap.add_argument("--s3", action="store_true", help="also count an unchanged re-run's S3 requests (moto)")
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--verify", action="store_true", help="verify accepted rows too")
-    ap.add_argument("--endpoint-latency-ms", type=float, help="the openai engine against a fixed-latency server")
     ap.add_argument("--endpoint", help=argparse.SUPPRESS)
+    ap.add_argument("--storage-options", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(*args.child, args.rows[0], args.shard_rows, args.verify, args.endpoint)
+        child(*args.child, args.endpoint, args.concurrency, args.actors, args.shard_rows, args.storage_options)
         return
     from seed_scale import generate
+    from synthesis_overhead import start_server
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="synthesis_scale_")
     os.makedirs(workdir, exist_ok=True)
-    table, server, endpoint = [], None, None
-    if args.endpoint_latency_ms is not None:
-        from synthesis_overhead import start_server
-
-        server, endpoint = start_server(args.endpoint_latency_ms)
+    server, endpoint = start_server(args.latency_ms)
+    table = []
     try:
         for rows in args.rows:
             seeds, out = os.path.join(workdir, f"seeds-{rows}.parquet"), os.path.join(workdir, f"out-{rows}")
             if not os.path.exists(seeds):
                 generate(seeds, int(rows * SOURCE_PER_ROW))
             shutil.rmtree(out, ignore_errors=True)
-            first = run_child(seeds, out, rows, args.shard_rows, args.verify, endpoint)
-            again = run_child(seeds, out, rows, args.shard_rows, args.verify, endpoint)
-            assert again["plan"]["pending"] == 0 and again["verify_rows"] == 0, again
-            if args.verify and not endpoint:
-                assert first["verify_rows"] == first["dual_views"] > 0, first  # every accepted row asked once, all confirmed
-            n = first["plan"]["pending"]
-            table.append((n, first, again))
-            print(f"{n:,} rows: first {first['seconds']:.1f}s, peak {first['peak_rss_mb']:.0f} MB, "
-                  f"{first['shards']} shards; re-run {again['seconds']:.1f}s, peak {again['peak_rss_mb']:.0f} MB", flush=True)
-        print("\n| rows | driver peak RSS | rows/s | shards | unchanged re-run | re-run peak RSS | load avg |")
-        print("|---|---|---|---|---|---|---|")
-        for n, first, again in table:
-            print(f"| {n:,} | {first['peak_rss_mb']:.0f} MB | {n / first['seconds']:.0f} | {first['shards']} | "
-                  f"{again['seconds']:.1f} s | {again['peak_rss_mb']:.0f} MB | {first['load']:.1f} / {again['load']:.1f} |")
+            bare = anchor(seeds, endpoint, min(rows, args.anchor_rows), args.concurrency)
+            first = run_child(seeds, out, endpoint, args)
+            again = run_child(seeds, out, endpoint, args)
+            assert again["plan"]["pending"] == 0 and again["cost"]["engine_rows"] == 0, again
+            remote = s3_rerun(seeds, out, endpoint, args, workdir) if args.s3 else None
+            if remote:
+                assert remote["plan"]["pending"] == 0, remote
+            table.append((first["plan"]["pending"], bare, first, again, remote))
+            print(json.dumps({"rows": rows, "bare": bare, "first": first, "again": again, "s3": remote}), flush=True)
     finally:
-        if server:
-            server.kill()
+        server.kill()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+    limit = args.concurrency / (args.latency_ms / 1000)
+    print(f"\nopenai engine, {args.concurrency} in flight over {args.actors} actor(s), {args.latency_ms:.0f} ms a request "
+          f"(limit {limit:.0f} rows/s); shards of at most {args.shard_rows} rows")
+    print("| rows | bare aiohttp rows/s | engine pass rows/s (ratio) | end to end rows/s (ratio) | plan s | engine s | "
+          "total s | driver peak | tree peak (PSS) | shards | unchanged re-run | re-run peak | S3 requests | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for n, bare, first, again, remote in table:
+        engine = n / first["engine_s"] if first["engine_s"] else float("nan")
+        total = n / first["seconds"]
+        print(f"| {n:,} | {bare:.0f} | {engine:.0f} ({engine / bare:.2f}) | {total:.0f} ({total / bare:.2f}) | "
+              f"{first['plan_s']:.1f} | {first['engine_s']:.1f} | {first['seconds']:.1f} | {first['peak_rss_mb']:.0f} MB | "
+              f"{first['tree_peak_mb']:.0f} MB | {first['shards']} | {again['seconds']:.1f} s | {again['peak_rss_mb']:.0f} MB | "
+              f"{remote['s3_requests'] if remote else '-'} | {first['load']:.1f} |")
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     main()

@@ -33,7 +33,7 @@ from dualview_core.io import TableWriter, quarantine_table
 from dualview_core.plan import Plan, PlanBuilder, PlanRows, with_calls
 from dualview_core.prompting import render
 from dualview_core.seeds import acyclic, duplicate, is_synthesis_seed, rejected, validate
-from dualview_core.sources import chunks, filesystem, read_rows
+from dualview_core.sources import SourceError, chunks, filesystem, is_remote, read_rows
 from dualview_core.synthesis import cache_key, prompt_too_long, targets
 from tasks.judging import Asking, RecordStage, engine_row
 from tasks.record_store import WORK, RecordStore
@@ -45,9 +45,9 @@ PLAN_CPUS = 1.0  # a chunk task validates and renders: CPU-bound, one core
 
 @dataclass(frozen=True)
 class FirstPass:
-    """What every chunk task needs (pickled into each): the source and its chunks, how to ask, where
-    to write, and what this job does: `stage` the calls not cached, or only plan; `wanted` rows per
-    chunk (sorted locators), or all; `duplicates`: quarantine the wanted rows as duplicates."""
+    """What every chunk task of a job needs: the source and its chunks, how to ask, where to write,
+    and what the job does: `stage` the calls not cached, or only plan; `duplicates`: quarantine the
+    rows it is given as duplicates. Which rows of a chunk a task reads comes with the task."""
 
     seeds: str
     seed_options: dict | None
@@ -59,7 +59,6 @@ class FirstPass:
     model_path: str | None = None
     index: object = None  # an ObjectRef of the cache's KeyIndex (staging jobs only)
     stage: bool = True
-    wanted: np.ndarray | None = None
     duplicates: bool = False
 
 
@@ -71,6 +70,7 @@ def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: A
 
     from tasks.ray_runtime import ensure_ray
 
+    _shared(seeds, store, ask.cfg.ray_address)
     ensure_ray(ask.cfg.ray_address)
     fs, pieces = chunks(seeds, seed_options)
     index = store.index(ask.cfg.max_error_runs)  # two columns of each shard, not the records
@@ -82,28 +82,43 @@ def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: A
         builder.add(table)
     plan = builder.resolve(ask.cfg.limit)
     if not job.stage and len(plan.seeds):  # the limit's second job: only the seeds chosen
-        plan = with_calls(plan, list(_run(replace(job, stage=True, wanted=plan.seeds))))
+        plan = with_calls(plan, list(_run(replace(job, stage=True), plan.seeds)))
     if len(plan.duplicates):
-        for _ in _run(replace(job, stage=False, wanted=plan.duplicates, duplicates=True)):
+        for _ in _run(replace(job, stage=False, duplicates=True), plan.duplicates):
             pass
     _write_quarantine(store, plan, len(pieces), seeds)
     return plan
 
 
-def _run(job: FirstPass):
-    """The job's PLAN_ROW tables, a chunk's at a time, as Ray Data tasks finish them."""
+def _shared(seeds: str, store: RecordStore, address: str | None) -> None:
+    """Refuse, before anything starts, a Ray Client driver (`ray://`) with local paths: its tasks run
+    on the cluster's nodes, which cannot read this machine's files."""
+    local = [p for p in (seeds, store.out) if not is_remote(p)]
+    if (address or "").startswith("ray://") and local:
+        raise SourceError(f"{local[0]}: a local path, but a Ray Client driver ({address}) runs its tasks on the "
+                          "cluster's nodes; put seeds and output on storage they read (s3://...)")
+
+
+def _run(job: FirstPass, wanted: np.ndarray | None = None):
+    """The job's PLAN_ROW tables, a chunk's at a time, as Ray Data tasks finish them: of every row,
+    or of the `wanted` ones only (locators), each task given its chunk's."""
     import ray
 
-    todo = range(len(job.chunks)) if job.wanted is None else sorted(set(split(job.wanted)[0].tolist()))
-    if not todo:
+    if wanted is None:
+        items = [{"chunk": c, "rows": None} for c in range(len(job.chunks))]
+    else:
+        chunk_of, row_of = split(wanted)
+        items = [{"chunk": int(c), "rows": row_of[chunk_of == c].tolist()} for c in np.unique(chunk_of)]
+    if not items:
         return
-    ds = ray.data.from_items([{"chunk": c} for c in todo], override_num_blocks=len(todo))
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = ds.map_batches(_chunk_task, fn_args=(job,), batch_size=1, batch_format="pyarrow", num_cpus=PLAN_CPUS)
     yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 
 def _chunk_task(batch: pa.Table, job: FirstPass) -> pa.Table:
-    return pa.concat_tables([plan_chunk(job, c) for c in batch["chunk"].to_pylist()])
+    return pa.concat_tables([plan_chunk(job, item["chunk"], None if item["rows"] is None else set(item["rows"]))
+                             for item in batch.to_pylist()])
 
 
 _TOOLS: dict = {}  # per worker process: the cache index and the prompt counter, loaded once for many chunks
@@ -115,20 +130,18 @@ def _tool(name: str, key: object, load: Callable[[], object]) -> object:
     return _TOOLS[name][1]
 
 
-def plan_chunk(job: FirstPass, c: int) -> pa.Table:
-    """Read, validate, key, look up and (when staging) render, count and stage one chunk."""
+def plan_chunk(job: FirstPass, c: int, wanted: set[int] | None = None) -> pa.Table:
+    """Read, validate, key, look up and (when staging) render, count and stage chunk `c` (its
+    `wanted` rows only, when given)."""
     ask = job.ask
     fs = filesystem(job.seeds, job.seed_options)[0]
-    if job.wanted is not None:
-        chunk_of, row_of = split(job.wanted)
-        wanted = set(row_of[chunk_of == c].tolist())
     rows, bad = PlanRows(c), []
     staged = StagedFiles(job.store.fs, job.store.work(STAGED), f"{c:06d}", ask.batch_rows,
                          staged_schema([*ask.staged_columns, "locator"])) if job.stage else None
     too_long: list[dict] = []
     for batch in read_rows(fs, job.chunks[c], job.validation.batch_rows):
         with acyclic():
-            batch = batch if job.wanted is None else [r for r in batch if r.index in wanted]
+            batch = batch if wanted is None else [r for r in batch if r.index in wanted]
             results = [(raw, validate(raw, job.validation)) for raw in batch]
             if job.duplicates:
                 bad += [rejected(raw, *duplicate(seed)) for raw, seed in results if not isinstance(seed, Rejected)]

@@ -39,7 +39,8 @@ class StagedFiles:
         self.paths: list[str] = []
         self._buffer: list[dict] = []
         self.file_rows = max(group_rows, STAGE_ROWS // group_rows * group_rows)
-        fs.makedirs(folder, exist_ok=True)
+        if "file" in fs.protocol:  # an object store has no folders (and s3fs would ask to create the bucket)
+            fs.makedirs(folder, exist_ok=True)
 
     def add(self, rows: list[dict]) -> None:
         self._buffer += rows

@@ -13,6 +13,13 @@ from pathlib import Path
 
 import pytest
 
+# moto's throwaway credentials, set before any test starts a local Ray: Ray workers inherit the
+# environment of the process that started Ray, and they read and write S3 (a run's first pass and
+# the stage after its engine), as a user's workers do with the credentials of their own environment.
+THROWAWAY_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+for _name, _value in THROWAWAY_AWS.items():
+    os.environ.setdefault(_name, _value)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -91,8 +98,8 @@ def s3_server(s3_log):
     moto = Path(sys.executable).parent / "moto_server"
     with open(log, "wb") as out:
         proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    saved = {k: os.environ.get(k) for k in THROWAWAY_AWS}
+    os.environ.update(THROWAWAY_AWS)
     try:
         wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}"

@@ -65,3 +65,13 @@ def test_console_script_is_installed():
     out = subprocess.run([str(script), "seeds", "check", "/nonexistent/x.jsonl"], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip() == "dualview: error: /nonexistent/x.jsonl: no such file or folder"
+
+
+def test_a_ray_client_address_with_local_paths_is_refused_before_anything_starts(tmp_path, capsys):
+    """Its tasks would run on the cluster's nodes, which cannot read this machine's files."""
+    seeds = write_jsonl(tmp_path / "seeds.jsonl", [promptriever_row("q1")])
+    code, summary, err = run(capsys, "synthesize", "--seeds", str(seeds), "--out", str(tmp_path / "out"),
+                             "--engine", "openai", "--ray-address", "ray://127.0.0.1:1")
+    assert code == 2 and summary is None
+    assert err.strip().count("\n") == 0 and str(seeds) in err and "s3://" in err
+    assert not (tmp_path / "out" / "manifest.json").exists()
