@@ -282,9 +282,8 @@ class SynthesisConfig(_Config):
     )
     limit: int | None = Field(None, gt=0, description="Use only the first N eligible seeds (smoke runs).")
     shard_rows: int = Field(
-        1024, gt=0, description="Most rows per output shard (rounded down to whole engine batches; a small run "
-        "writes smaller ones, at least eight, so its progress moves). Smaller shards lose less work to a crash; "
-        "more files."
+        1024, gt=0, description="Rows per output shard (a small run writes smaller ones, down to 16 rows, so that "
+        "it publishes eight and its progress moves). Smaller shards lose less work to a crash; more files."
     )
     ray_address: str | None = Field(None, description="Ray cluster address; None starts a local Ray.")
     ray_job: RayJobConfig | None = Field(

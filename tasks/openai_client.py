@@ -35,11 +35,13 @@ import time
 import zlib
 
 import aiohttp
+import orjson
 import pyarrow as pa
 
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+JSON = {"Content-Type": "application/json"}
 ERROR_BODY_CHARS = 200  # of a final 4xx answer's body, kept in the error (it says why: context, model)
 
 
@@ -92,21 +94,21 @@ class ChatClient:
             headers=self._headers, connector=aiohttp.TCPConnector(limit=self.cfg.concurrency),
             timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s))
 
-    async def _once(self, url: str, body: dict) -> dict:
+    async def _once(self, url: str, body: bytes) -> dict:
         try:
-            async with self._session.post(url, json=body) as response:
+            async with self._session.post(url, data=body, headers=JSON) as response:
                 if response.status in RETRYABLE_STATUS:
                     raise RetryableError(f"HTTP {response.status}")
                 if response.status >= 400:
                     raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:ERROR_BODY_CHARS]}")
-                return await response.json(content_type=None)  # as httpx did: whatever the content type says
+                return orjson.loads(await response.read())  # whatever the content type says
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RetryableError(transport_error(exc)) from None
 
     async def complete(self, cache_key: str, messages: list[dict]) -> dict:
         """One row's result: answered, or failed with the last error after the retries allowed."""
         self._open()
-        body = self._body(messages)
+        body = orjson.dumps(self._body(messages))  # once for every attempt; orjson: a third of json's time
         start, error, attempts = time.perf_counter(), None, 0
         for attempt in range(1, self.cfg.max_attempts + 1):
             attempts = attempt
@@ -122,7 +124,7 @@ class ChatClient:
                 error = str(exc)
                 if attempt < self.cfg.max_attempts:
                     await asyncio.sleep(self.cfg.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4))
-            except (RuntimeError, KeyError, IndexError, TypeError, ValueError) as exc:  # a final answer
+            except (RuntimeError, KeyError, IndexError, TypeError, ValueError) as exc:  # a final answer (orjson's error is a ValueError)
                 error = f"{type(exc).__name__}: {exc}"
                 break
         return {"cache_key": cache_key, "raw_response": None, "prompt_tokens": None, "completion_tokens": None,

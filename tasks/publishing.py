@@ -25,13 +25,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dualview_core.config import SynthesisConfig
-from tasks.engines import HELPER_CPUS, RayDataEngine, batch_rows, make_engine, result_row
+from tasks.engines import HELPER_CPUS, RayDataEngine, make_engine, result_row
 from tasks.judging import ENGINE_INPUT
 from tasks.record_store import RecordStore
 
 COST_COLUMNS = ["cache_key", "rejection", "attempts", "prompt_tokens", "completion_tokens", "latency_s"]
 PUBLISHERS = 4  # most actors of the stage after the engine (it starts with one)
 PROGRESS_STEPS = 8  # a pass publishes at least this many shards when it can: progress a person sees move
+MIN_SHARD_ROWS = 16  # ...but no smaller shards for it
 
 
 @dataclass(frozen=True)
@@ -54,17 +55,15 @@ class Shelf:
 
 
 def shard_rows(cfg: SynthesisConfig, rows: int) -> int:
-    """Rows per published shard for a pass of `rows` rows: `shard_rows` rounded down to whole engine
-    batches (so that the batches Ray Data gathers for a shard add up to it exactly), and no more than
-    an eighth of the pass, so a small run's progress moves too; at least one engine batch.
+    """Rows per published shard for a pass of `rows` rows: `shard_rows`, but no more than an eighth
+    of the pass (rounded up) when that is still `MIN_SHARD_ROWS` or more, so a small run's progress
+    moves too.
 
-        >>> cfg = SynthesisConfig(shard_rows=1000)  # vLLM batches of 8
-        >>> shard_rows(cfg, 1_000_000), shard_rows(cfg, 66), shard_rows(SynthesisConfig(shard_rows=5), 10**6)
-        (1000, 16, 8)
+        >>> cfg = SynthesisConfig(shard_rows=1000)
+        >>> shard_rows(cfg, 1_000_000), shard_rows(cfg, 200), shard_rows(cfg, 66), shard_rows(cfg.model_copy(update={"shard_rows": 4}), 66)
+        (1000, 25, 16, 4)
     """
-    batch = batch_rows(cfg)
-    eighth = -(-rows // PROGRESS_STEPS)
-    return max(batch, min(cfg.shard_rows // batch, -(-eighth // batch)) * batch)
+    return min(cfg.shard_rows, max(MIN_SHARD_ROWS, -(-rows // PROGRESS_STEPS)))
 
 
 class Publish:
@@ -93,7 +92,9 @@ def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, 
 
         ensure_ray(cfg.ray_address)
         ds = engine.transform(read_staged(staged, wanted), carry)
-        ds = ds.map_batches(Publish, fn_constructor_args=(judge, args, shelf), batch_size=shelf.rows, batch_format="pyarrow",
+        # blocks of exactly `shelf.rows` (the last one shorter), whatever sizes the engine's batches come back in
+        ds = ds.repartition(target_num_rows_per_block=shelf.rows, strict=True)
+        ds = ds.map_batches(Publish, fn_constructor_args=(judge, args, shelf), batch_size=None, batch_format="pyarrow",
                             compute=ActorPoolStrategy(min_size=1, max_size=PUBLISHERS), num_cpus=HELPER_CPUS)
         yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
         return
