@@ -252,7 +252,7 @@ PLAN_ROW = pa.schema(
     [
         pa.field("locator", pa.int64(), nullable=False),  # chunk << 32 | row in chunk (dualview_core.chunks)
         pa.field("reason", pa.string(), nullable=True),  # a Reason value: quarantined; null: valid
-        pa.field("identity", pa.string(), nullable=True),  # valid rows: digest of (query_id, has_instruction)
+        pa.field("identity", pa.binary(12), nullable=True),  # valid rows: 96-bit digest of (query_id, has_instruction)
         pa.field("instruct", pa.bool_(), nullable=True),  # valid rows: has_instruction
         pa.field("negatives", pa.bool_(), nullable=True),  # valid rows: has instruction negatives
         pa.field("query_id", pa.string(), nullable=True),  # synthesis seeds only (null for other rows)

@@ -21,8 +21,14 @@ import numpy as np
 DIGEST_BYTES = 12  # 24 hex characters
 
 
+def identity_bytes(identity: str) -> bytes:
+    """The 96-bit digest of an identity, raw (dualview_core/plan.py sorts millions of them as integers)."""
+    return hashlib.blake2b(identity.encode(), digest_size=DIGEST_BYTES).digest()
+
+
 def identity_digest(identity: str) -> bytes:
-    return hashlib.blake2b(identity.encode(), digest_size=DIGEST_BYTES).hexdigest().encode()
+    """The same digest as hex: never a NUL byte, which NumPy's fixed-width bytes would strip."""
+    return identity_bytes(identity).hex().encode()
 
 
 class IdSet:

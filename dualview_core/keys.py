@@ -17,6 +17,8 @@ import json
 from collections.abc import Iterable, Mapping
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 KEY_FIELDS = (
     "query_id",
@@ -28,6 +30,7 @@ KEY_FIELDS = (
     "instruction_negatives",
 )
 PASSAGE_FIELDS = ("doc_id", "title", "text")
+DIGEST_SLICE = 65_536  # keys hashed at a time by `content_digest` on an Arrow array
 
 
 def canonical_json(value: object) -> bytes:
@@ -62,9 +65,16 @@ def seed_bytes(row: Mapping) -> bytes:
     return orjson.dumps(_canonical_seed(row))
 
 
-def content_digest(keys: Iterable[str]) -> str:
-    """An order-independent digest of a set of row keys: the dataset's identity for lineage."""
+def content_digest(keys: Iterable[str] | pa.Array | pa.ChunkedArray) -> str:
+    """An order-independent digest of a set of row keys: the dataset's identity for lineage. An Arrow
+    array of a million keys is sorted by Arrow and hashed a slice at a time (the same digest), never
+    held as Python strings."""
     h = hashlib.blake2b(digest_size=16)
+    if isinstance(keys, (pa.Array, pa.ChunkedArray)):
+        ordered = pc.array_sort_indices(keys) if isinstance(keys, pa.Array) else pc.sort_indices(keys)
+        for start in range(0, len(keys), DIGEST_SLICE):
+            h.update("".join(f"{k}\n" for k in keys.take(ordered[start:start + DIGEST_SLICE]).to_pylist()).encode())
+        return h.hexdigest()
     for key in sorted(keys):
         h.update(key.encode())
         h.update(b"\n")

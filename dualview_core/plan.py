@@ -14,8 +14,10 @@ cannot see each other's rows; this module decides, over all of them and exactly 
 - the calls: staged keys of the seeds kept, keys recorded without the engine, the cached count, and
   the locators of staged rows to leave out (duplicates, seeds beyond the limit).
 
-Memory: per source row a locator and an identity digest (32 bytes); per synthesis seed its two keys
-and its pending keys, as Arrow. ~300 MB for 2.3M source rows behind a million synthesis seeds.
+Memory: per source row a locator and an identity digest (22 bytes with the flags); per synthesis
+seed its two keys and its pending keys, as Arrow (~100 bytes). A chunk's rows come in source order,
+so the chunks are put in order without sorting rows. ~170 MB for 2.4M source rows behind a million
+synthesis seeds, twice that while `resolve` works.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import pyarrow.compute as pc
 from dualview_core.cache_index import SEED_MAP
 from dualview_core.chunks import ROW_BITS, locator
 from dualview_core.contracts import PLAN_ROW, Reason
-from dualview_core.id_set import identity_digest
+from dualview_core.id_set import identity_bytes
 from dualview_core.seeds import identity, is_synthesis_seed
 
 SEED_COLUMNS = ["locator", "query_id", "seed_key", "calls", "staged", "recorded"]
@@ -67,7 +69,7 @@ class PlanRows:
               calls: int = 0) -> None:
         """A valid SEED_ROW dict; for a synthesis seed, its `calls` and the keys of those not cached."""
         synthesis = is_synthesis_seed(seed)
-        self._add(locator=locator(self.chunk, row), identity=identity_digest(identity(seed)).decode(),
+        self._add(locator=locator(self.chunk, row), identity=identity_bytes(identity(seed)),
                   instruct=seed["has_instruction"], negatives=bool(seed["instruction_negatives"]),
                   **({"query_id": seed["query_id"], "seed_key": seed["seed_key"], "calls": calls,
                       "staged": staged or [], "recorded": recorded or []} if synthesis else {}))
@@ -81,34 +83,36 @@ class PlanRows:
 
 
 class PlanBuilder:
-    """PLAN_ROW tables added in any order (one or more per chunk); `resolve` decides over all of them."""
+    """PLAN_ROW tables added in any order (one per chunk and job); `resolve` decides over all of them."""
 
     def __init__(self):
         self.rows: Counter = Counter()  # chunk -> rows
         self.reasons: Counter = Counter()
-        self.valid: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # locator, identity, instruct, negatives
-        self.seeds: list[pa.Table] = []
+        self.valid: dict[int, tuple[np.ndarray, ...]] = {}  # chunk -> locator, identity (hi, lo), instruct, negatives
+        self.seeds: dict[int, pa.Table] = {}  # chunk -> its synthesis seeds (SEED_COLUMNS), in source order
 
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
             return
-        chunks, counts = np.unique(table["locator"].to_numpy() >> ROW_BITS, return_counts=True)
-        self.rows.update(dict(zip(chunks.tolist(), counts.tolist())))
+        chunk = int(table["locator"][0].as_py()) >> ROW_BITS
+        self.rows[chunk] += table.num_rows
         self.reasons.update(r for r in table["reason"].to_pylist() if r is not None)
         valid = table.filter(pc.is_null(table["reason"]))
-        self.valid.append((valid["locator"].to_numpy(), valid["identity"].to_numpy(zero_copy_only=False).astype("S"),
-                           valid["instruct"].to_numpy(zero_copy_only=False), valid["negatives"].to_numpy(zero_copy_only=False)))
-        seeds = valid.filter(pc.is_valid(valid["query_id"]))
+        self.valid[chunk] = (valid["locator"].to_numpy(), *_digests(valid["identity"]),
+                             valid["instruct"].to_numpy(zero_copy_only=False), valid["negatives"].to_numpy(zero_copy_only=False))
+        seeds = valid.filter(pc.is_valid(valid["query_id"])).select(SEED_COLUMNS)
         if seeds.num_rows:
-            self.seeds.append(seeds.select(SEED_COLUMNS))
+            self.seeds[chunk] = seeds
 
     def resolve(self, limit: int | None = None) -> Plan:
-        locators, identities, instruct, negatives = _concat(self.valid)
-        order = np.lexsort((locators, identities))  # by identity, then source order
+        """The plan; the builder is emptied on the way (what it held is in the plan, or no longer needed)."""
+        locators, hi, lo, instruct, negatives = _concat([self.valid.pop(c) for c in sorted(self.valid)])
+        order = np.lexsort((locators, lo, hi))  # by identity, then source order
         first = np.ones(len(order), dtype=bool)
-        first[1:] = identities[order][1:] != identities[order][:-1]
+        first[1:] = (hi[order][1:] != hi[order][:-1]) | (lo[order][1:] != lo[order][:-1])
         kept = np.zeros(len(order), dtype=bool)
         kept[order[first]] = True
+        del order, first, hi, lo
         duplicates = np.sort(locators[~kept])
         total = sum(self.rows.values())
         by_reason = self.reasons + Counter({Reason.DUPLICATE_ID.value: len(duplicates)} if len(duplicates) else {})
@@ -117,18 +121,12 @@ class PlanBuilder:
                   "by_reason": dict(sorted(by_reason.items())), "instruct": int(instruct[kept].sum()),
                   "non_instruct": int((~instruct[kept]).sum()),
                   "with_instruction_negatives": int((instruct[kept] & negatives[kept]).sum())}
-        seeds = self._seeds()
+        seeds = _in_order([self.seeds.pop(c) for c in sorted(self.seeds)])
         keep = ~np.isin(seeds["locator"].to_numpy(), duplicates)
         if limit is not None:
             keep &= np.cumsum(keep) <= limit
-        chosen = seeds.filter(pa.array(keep))
-        plan = Plan(report, chosen.select(["query_id", "seed_key"]).cast(SEED_MAP), self._offsets(), duplicates,
-                    chosen["locator"].to_numpy())
-        self.valid = []  # what `calls` needs is in `seeds`
-        return _with_calls(plan, seeds, keep)
-
-    def _seeds(self) -> pa.Table:
-        return _sorted(self.seeds)
+        plan = Plan(report, SEED_MAP.empty_table(), self._offsets(), duplicates, np.empty(0, np.int64))
+        return _with_calls(plan, seeds, keep, seed_map=True)
 
     def _offsets(self) -> dict[int, int]:
         chunks = sorted(self.rows)
@@ -139,26 +137,44 @@ class PlanBuilder:
 def with_calls(plan: Plan, tables: list[pa.Table]) -> Plan:
     """`plan` with the calls of its seeds taken from PLAN_ROW `tables` of a later pass (one that
     staged the chosen seeds only: the limit's second pass)."""
-    seeds = _sorted([t.filter(pc.is_valid(t["query_id"])).select(SEED_COLUMNS) for t in tables if t.num_rows])
+    parts = sorted((int(t["locator"][0].as_py()) >> ROW_BITS, t) for t in tables if t.num_rows)
+    seeds = _in_order([t.filter(pc.is_valid(t["query_id"])).select(SEED_COLUMNS) for _, t in parts])
     return _with_calls(plan, seeds, np.isin(seeds["locator"].to_numpy(), plan.seeds))
 
 
-def _sorted(seeds: list[pa.Table]) -> pa.Table:
-    table = pa.concat_tables(seeds) if seeds else PLAN_ROW.empty_table().select(SEED_COLUMNS)
-    return table.take(pc.sort_indices(table["locator"]))
+def _in_order(tables: list[pa.Table]) -> pa.Table:
+    """Chunks' tables, given in chunk order, as one table (no copy)."""
+    return pa.concat_tables(tables) if tables else PLAN_ROW.empty_table().select(SEED_COLUMNS)
 
 
-def _with_calls(plan: Plan, seeds: pa.Table, keep: np.ndarray) -> Plan:
-    chosen, left_out = seeds.filter(pa.array(keep)), seeds.filter(pa.array(~keep))
+def _with_calls(plan: Plan, seeds: pa.Table, keep: np.ndarray, seed_map: bool = False) -> Plan:
+    """`plan` with what the kept `seeds` (a PLAN_ROW table's seed columns) ask for, and, with
+    `seed_map`, the seeds chosen and the seed map."""
+    mask = pa.array(keep)
+    chosen = seeds.filter(mask) if not keep.all() else seeds
+    if seed_map:
+        plan.seed_map = chosen.select(["query_id", "seed_key"]).cast(SEED_MAP)
+        plan.seeds = chosen["locator"].to_numpy()
     plan.staged = pc.list_flatten(chosen["staged"]).combine_chunks() if chosen.num_rows else pa.array([], pa.string())
     plan.recorded = pc.list_flatten(chosen["recorded"]).combine_chunks() if chosen.num_rows else pa.array([], pa.string())
     plan.cached = int(pc.sum(chosen["calls"]).as_py() or 0) - plan.pending
-    staged_out = pc.greater(pc.list_value_length(left_out["staged"]), 0) if left_out.num_rows else pa.array([], pa.bool_())
-    plan.drop = left_out.filter(staged_out)["locator"].to_numpy() if left_out.num_rows else np.empty(0, np.int64)
+    left_out = seeds.filter(pc.invert(mask)).select(["locator", "staged"]) if not keep.all() else None
+    if left_out is not None and left_out.num_rows:
+        plan.drop = left_out.filter(pc.greater(pc.list_value_length(left_out["staged"]), 0))["locator"].to_numpy()
     return plan
+
+
+def _digests(identity: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed-width 12-byte digests as two integer arrays (high 8 bytes, low 4), for sorting."""
+    array = identity.combine_chunks() if isinstance(identity, pa.ChunkedArray) else identity
+    if not len(array):
+        return np.empty(0, ">u8"), np.empty(0, ">u4")
+    raw = np.frombuffer(array.buffers()[1], dtype=[("hi", ">u8"), ("lo", ">u4")], count=len(array) + array.offset)
+    raw = raw[array.offset:]
+    return raw["hi"].copy(), raw["lo"].copy()
 
 
 def _concat(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
     if not parts:
-        return np.empty(0, np.int64), np.empty(0, "S24"), np.empty(0, bool), np.empty(0, bool)
-    return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
+        return np.empty(0, np.int64), np.empty(0, ">u8"), np.empty(0, ">u4"), np.empty(0, bool), np.empty(0, bool)
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(5))

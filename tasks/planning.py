@@ -63,16 +63,17 @@ class FirstPass:
 
 
 def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: Asking, model_path: str | None,
-               run: str, progress: Callable[[str], None]) -> Plan:
+               run: str, progress: Callable[[str], None]) -> tuple[Plan, FirstPass]:
     """Pass one: the plan of this run (dualview_core.plan.Plan), with the calls not cached staged under
-    OUT/.work/staged/ and OUT/quarantine.parquet written."""
+    OUT/.work/staged/ and OUT/quarantine.parquet written; and the job (what later passes over the
+    same chunks need)."""
     import ray
 
     from tasks.ray_runtime import ensure_ray
 
     _shared(seeds, store, ask.cfg.ray_address)
     ensure_ray(ask.cfg.ray_address)
-    fs, pieces = chunks(seeds, seed_options)
+    _, pieces = chunks(seeds, seed_options)
     index = store.index(ask.cfg.max_error_runs)  # two columns of each shard, not the records
     job = FirstPass(seeds, seed_options, tuple(pieces), ValidationConfig(), ask, store, run, model_path,
                     index=ray.put(index.index), stage=ask.cfg.limit is None)
@@ -81,13 +82,14 @@ def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: A
     for table in _run(job):
         builder.add(table)
     plan = builder.resolve(ask.cfg.limit)
+    pa.default_memory_pool().release_unused()  # resolving's temporaries, back to the system
     if not job.stage and len(plan.seeds):  # the limit's second job: only the seeds chosen
         plan = with_calls(plan, list(_run(replace(job, stage=True), plan.seeds)))
     if len(plan.duplicates):
         for _ in _run(replace(job, stage=False, duplicates=True), plan.duplicates):
             pass
-    _write_quarantine(store, plan, len(pieces), seeds)
-    return plan
+    _write_quarantine(store, plan)
+    return plan, job
 
 
 def _shared(seeds: str, store: RecordStore, address: str | None) -> None:
@@ -100,31 +102,46 @@ def _shared(seeds: str, store: RecordStore, address: str | None) -> None:
 
 
 def _run(job: FirstPass, wanted: np.ndarray | None = None):
-    """The job's PLAN_ROW tables, a chunk's at a time, as Ray Data tasks finish them: of every row,
-    or of the `wanted` ones only (locators), each task given its chunk's."""
+    return run_chunks(plan_chunk, job, len(job.chunks), wanted)
+
+
+def run_chunks(task: Callable, spec: object, n_chunks: int, wanted: np.ndarray | None = None):
+    """`task(spec, chunk, rows)` as a Ray Data job, a task per chunk: of every row (`rows` None), or of
+    the `wanted` ones (locators), each task given its chunk's. The tasks' tables as they finish."""
     import ray
 
     if wanted is None:
-        items = [{"chunk": c, "rows": None} for c in range(len(job.chunks))]
+        items = [{"chunk": c, "rows": None} for c in range(n_chunks)]
     else:
         chunk_of, row_of = split(wanted)
         items = [{"chunk": int(c), "rows": row_of[chunk_of == c].tolist()} for c in np.unique(chunk_of)]
     if not items:
         return
     ds = ray.data.from_items(items, override_num_blocks=len(items))
-    ds = ds.map_batches(_chunk_task, fn_args=(job,), batch_size=1, batch_format="pyarrow", num_cpus=PLAN_CPUS)
+    ds = ds.map_batches(_chunk_task, fn_args=(task, spec), batch_size=1, batch_format="pyarrow", num_cpus=PLAN_CPUS)
     yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
 
 
-def _chunk_task(batch: pa.Table, job: FirstPass) -> pa.Table:
-    return pa.concat_tables([plan_chunk(job, item["chunk"], None if item["rows"] is None else set(item["rows"]))
+def _chunk_task(batch: pa.Table, task: Callable, spec: object) -> pa.Table:
+    return pa.concat_tables([task(spec, item["chunk"], None if item["rows"] is None else set(item["rows"]))
                              for item in batch.to_pylist()])
+
+
+def validated(job: FirstPass, c: int, wanted: set[int] | None):
+    """Chunk `c`'s rows (its `wanted` ones only, when given), a batch at a time, as (raw row, SEED_ROW
+    dict or Rejected) pairs."""
+    fs = filesystem(job.seeds, job.seed_options)[0]
+    for batch in read_rows(fs, job.chunks[c], job.validation.batch_rows):
+        with acyclic():
+            results = [(raw, validate(raw, job.validation)) for raw in batch if wanted is None or raw.index in wanted]
+        yield results
 
 
 _TOOLS: dict = {}  # per worker process: the cache index and the prompt counter, loaded once for many chunks
 
 
-def _tool(name: str, key: object, load: Callable[[], object]) -> object:
+def tool(name: str, key: object, load: Callable[[], object]) -> object:
+    """What `load` gives, kept in this worker process under `name` while `key` stays the same."""
     if _TOOLS.get(name, (None,))[0] != key:
         _TOOLS[name] = (key, load())
     return _TOOLS[name][1]
@@ -134,15 +151,12 @@ def plan_chunk(job: FirstPass, c: int, wanted: set[int] | None = None) -> pa.Tab
     """Read, validate, key, look up and (when staging) render, count and stage chunk `c` (its
     `wanted` rows only, when given)."""
     ask = job.ask
-    fs = filesystem(job.seeds, job.seed_options)[0]
     rows, bad = PlanRows(c), []
     staged = StagedFiles(job.store.fs, job.store.work(STAGED), f"{c:06d}", ask.batch_rows,
                          staged_schema([*ask.staged_columns, "locator"])) if job.stage else None
     too_long: list[dict] = []
-    for batch in read_rows(fs, job.chunks[c], job.validation.batch_rows):
-        with acyclic():
-            batch = batch if wanted is None else [r for r in batch if r.index in wanted]
-            results = [(raw, validate(raw, job.validation)) for raw in batch]
+    for results in validated(job, c, wanted):
+        with acyclic():  # Python rows: see dualview_core.seeds.acyclic
             if job.duplicates:
                 bad += [rejected(raw, *duplicate(seed)) for raw, seed in results if not isinstance(seed, Rejected)]
                 continue
@@ -185,8 +199,8 @@ def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int
 
     from tasks.engines import prompt_counter
 
-    found = _tool("index", job.index, lambda: ray.get(job.index)).lookup([k for *_, k in keyed])
-    counter = _tool("counter", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_counter(ask.cfg, job.model_path))
+    found = tool("index", job.index, lambda: ray.get(job.index)).lookup([k for *_, k in keyed])
+    counter = tool("counter", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_counter(ask.cfg, job.model_path))
     for (row, seed, t, key), at in zip(keyed, found):
         if at >= 0:
             continue
@@ -204,7 +218,7 @@ def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int
     return out
 
 
-def _write_quarantine(store: RecordStore, plan: Plan, n_chunks: int, seeds: str) -> None:
+def _write_quarantine(store: RecordStore, plan: Plan) -> None:
     """OUT/quarantine.parquet from the chunks' parts, in source order, with positions across the
     source (a chunk's part numbers its rows within the chunk). Written even when empty."""
     parts: dict[int, list[str]] = {}

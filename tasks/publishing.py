@@ -6,8 +6,13 @@ by the Ray Data workers that judge them.
 engine, and runs `Publish` after it: a Ray Data actor pool that judges `shelf.rows` result rows at a
 time with `judge` (tasks/judging.py's records, tasks/verification.py's verdicts) and writes them as
 one shard under OUT/<folder>/. What reaches the driver is the shard's summary only: per record its
-key and cost columns, and the shard's name. An engine that answers in this process (the reference
-engine) goes through the same `Publish`, called here.
+key and cost columns, and the shard's name. Ray Data gathers blocks into batches of `shelf.rows`
+and hands the rest of a bundle over as a short batch (a dropped duplicate makes a block short):
+those few records come back whole and the driver publishes them in whole shards, so every shard
+but the last has exactly `shelf.rows` rows. (A `repartition(target_num_rows_per_block=…)` before the
+stage does the same, but its tasks take a whole CPU: with the engine's actors holding the rest of a
+node, it waited forever.) An engine that answers in this process (the reference engine) goes
+through the same `Publish`, called here.
 
 A shard's name comes from its run and keys (RecordStore.write_shard): a task Ray runs again after a
 node died rewrites its shard rather than adding one. The driver holds one summary at a time.
@@ -24,12 +29,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dualview_core.cache_index import fixed_width
 from dualview_core.config import SynthesisConfig
+from dualview_core.contracts import SYNTHESIS_RECORD
 from tasks.engines import HELPER_CPUS, RayDataEngine, make_engine, result_row
 from tasks.judging import ENGINE_INPUT
 from tasks.record_store import RecordStore
 
 COST_COLUMNS = ["cache_key", "rejection", "attempts", "prompt_tokens", "completion_tokens", "latency_s"]
+TEXT_COLUMNS = ["raw_response", "instruction", "query", "original_instruction", "sampling_params"]  # not in summaries
 PUBLISHERS = 4  # most actors of the stage after the engine (it starts with one)
 PROGRESS_STEPS = 8  # a pass publishes at least this many shards when it can: progress a person sees move
 MIN_SHARD_ROWS = 16  # ...but no smaller shards for it
@@ -67,15 +75,28 @@ def shard_rows(cfg: SynthesisConfig, rows: int) -> int:
 
 
 class Publish:
-    """Result rows (an engine's answers with their staged columns) -> one shard; returns its summary."""
+    """Result rows (an engine's answers with their staged columns) -> records, published as one shard
+    when they make a whole one; returns the summary (`_summary`). Ray Data hands it `shelf.rows` rows
+    at a time, and the rest of a bundle as a short batch: those records come back whole (`shard`
+    null), and `published` gathers them into whole shards."""
 
     def __init__(self, judge: type, args: tuple, shelf: Shelf):
         self.judge, self.shelf = judge(*args), shelf
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         records = self.judge([{**row, **result_row(row)} for row in batch.to_pylist()])
-        name = self.shelf.store.write_shard(records, self.shelf.folder, self.shelf.run)
-        return records.select(COST_COLUMNS).append_column("shard", pa.array([name] * records.num_rows, pa.string()))
+        if records.num_rows < self.shelf.rows:
+            return records.append_column("shard", pa.nulls(records.num_rows, pa.string()))
+        return _summary(records, self.shelf.store.write_shard(records, self.shelf.folder, self.shelf.run))
+
+
+def _summary(records: pa.Table, shard: str) -> pa.Table:
+    """A published shard's records with their texts left out: the key and cost columns are what the
+    driver reads."""
+    for name in TEXT_COLUMNS:
+        at = records.schema.get_field_index(name)
+        records = records.set_column(at, name, pa.nulls(records.num_rows, records.schema.field(name).type))
+    return records.append_column("shard", pa.array([shard] * records.num_rows, pa.string()))
 
 
 def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, columns: list[str], judge: type,
@@ -92,20 +113,37 @@ def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, 
 
         ensure_ray(cfg.ray_address)
         ds = engine.transform(read_staged(staged, wanted), carry)
-        # blocks of exactly `shelf.rows` (the last one shorter), whatever sizes the engine's batches come back in
-        ds = ds.repartition(target_num_rows_per_block=shelf.rows, strict=True)
-        ds = ds.map_batches(Publish, fn_constructor_args=(judge, args, shelf), batch_size=None, batch_format="pyarrow",
+        ds = ds.map_batches(Publish, fn_constructor_args=(judge, args, shelf), batch_size=shelf.rows, batch_format="pyarrow",
                             compute=ActorPoolStrategy(min_size=1, max_size=PUBLISHERS), num_cpus=HELPER_CPUS)
-        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
-        return
-    publish, held = Publish(judge, args, shelf), []
-    for rows in staged_rows(staged, wanted):
-        by_key = {r["cache_key"]: r for r in rows}
-        for answers in engine.answers(rows):
+        summaries = ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    else:
+        summaries = _here(engine, Publish(judge, args, shelf), staged, wanted, shelf.rows)
+    rests = []  # records of short batches, published here in whole shards
+    for summary in summaries:
+        published = summary.filter(pc.is_valid(summary["shard"]))
+        if published.num_rows:
+            yield published
+        rest = summary.filter(pc.is_null(summary["shard"])).drop_columns(["shard"]).cast(SYNTHESIS_RECORD)
+        rests += [rest] if rest.num_rows else []
+        while sum(t.num_rows for t in rests) >= shelf.rows:
+            records = pa.concat_tables(rests)
+            rests = [records.slice(shelf.rows)]
+            yield _summary(records.slice(0, shelf.rows), shelf.store.write_shard(records.slice(0, shelf.rows), shelf.folder, shelf.run))
+    records = pa.concat_tables(rests) if rests else None
+    if records is not None and records.num_rows:
+        yield _summary(records, shelf.store.write_shard(records, shelf.folder, shelf.run))
+
+
+def _here(engine, publish: Publish, staged: StagedRows, columns: list[str], rows: int) -> Iterator[pa.Table]:
+    """What a Ray Data engine's pipeline gives, for an engine that answers in this process."""
+    held: list[dict] = []
+    for staged_rows_ in staged_rows(staged, columns):
+        by_key = {r["cache_key"]: r for r in staged_rows_}
+        for answers in engine.answers(staged_rows_):
             held += [{**by_key[a["cache_key"]], **a} for a in answers]
-            while len(held) >= shelf.rows:
-                yield publish(pa.Table.from_pylist(held[:shelf.rows]))
-                held = held[shelf.rows:]
+            while len(held) >= rows:
+                yield publish(pa.Table.from_pylist(held[:rows]))
+                held = held[rows:]
     if held:
         yield publish(pa.Table.from_pylist(held))
 
@@ -114,11 +152,11 @@ class Answered:
     """Which of the keys sent to an engine have come back (sorted fixed-width bytes: ~40 bytes a key)."""
 
     def __init__(self, keys: pa.Array):
-        self.keys = np.sort(keys.to_numpy(zero_copy_only=False).astype("S"))
+        self.keys = np.sort(fixed_width(keys))
         self.back = np.zeros(len(self.keys), dtype=bool)
 
     def mark(self, keys: pa.Array) -> None:
-        wanted = keys.to_numpy(zero_copy_only=False).astype("S")
+        wanted = fixed_width(keys)
         if not len(wanted):
             return
         at = np.minimum(np.searchsorted(self.keys, wanted), max(len(self.keys) - 1, 0))

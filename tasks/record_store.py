@@ -118,7 +118,10 @@ class RecordStore:
         """Which keys are answered and by which record, reading only the index columns of each shard."""
         shards = self._shards(folder)
         tables = [self.read_shard(s, INDEX_COLUMNS) for s in shards]
-        return ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs))
+        index = ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs))
+        del tables
+        pa.default_memory_pool().release_unused()  # building's temporaries: Arrow's allocator keeps them otherwise
+        return index
 
     def write_shard(self, rows: list[dict] | pa.Table, folder: str = RECORDS, run: str = "") -> str:
         """Publish one shard atomically (written under a temporary name, then renamed). Its name comes

@@ -22,24 +22,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pyarrow as pa
 
 from dualview_core.cache_index import seed_diff, unique_seeds
 from dualview_core.config import SynthesisConfig
-from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
-from dualview_core.dual_view import make_dual_view
-from dualview_core.io import TableWriter
 from dualview_core.keys import canonical_json, content_digest, digest
-from dualview_core.loading import stream_seeds
 from dualview_core.plan import Plan
 from dualview_core.prompting import default_template, prompt_version
-from dualview_core.seeds import select_synthesis_seeds
 from dualview_core.sources import source_fingerprint
-from dualview_core.synthesis import CostSummary, WorkItem, cache_key, seed_fields, targets
-from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
+from dualview_core.synthesis import CostSummary
 from tasks.judging import Asking, RecordStage
 from tasks.planning import STAGED, plan_seeds
 from tasks.progress import duration
@@ -72,29 +65,31 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         store.clear_work()  # a killed run's intermediate files
         try:
             model_path = _model_path(cfg, progress)
-            plan = plan_seeds(seeds_path, storage_options, store, ask, model_path, run, progress)
+            plan, job = plan_seeds(seeds_path, storage_options, store, ask, model_path, run, progress)
             counts = {"pending": plan.pending, "cached": plan.cached, **seed_diff(store.previous_seed_map(manifest), plan.seed_map)}
             progress(f"synthesis: {plan.seed_map.num_rows} seeds, {plan.pending} to send, {plan.cached} cached "
                      f"(new {counts['new']}, changed {counts['changed']}, removed {counts['removed']})")
             costs = CostSummary()
             if plan.pending:
                 _call_engine(plan, ask, store, costs, progress, model_path, run)
+            seed_map, validation, sent, chosen = plan.seed_map, plan.report, plan.pending, plan.seeds
+            del plan  # its keys and locators: what follows needs the seed map and the chosen seeds
+            pa.default_memory_pool().release_unused()
+            seed_fingerprint = content_digest(unique_seeds(seed_map)["seed_key"])  # as a query_id -> key map
+            outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
+            previous = manifest.get("summary", {})
+            if (not sent and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
+                    and _derived_exist(store)):
+                derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")} | {"verify_retry": 0}
+                progress(UNCHANGED)
+            else:
+                derived = _derive(job, chosen, store, ask, costs, progress)
+                if cfg.verify:  # its pass may have published verdict shards
+                    outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         finally:
             store.clear_work()
-        seed_map = plan.seed_map
-        seed_fingerprint = content_digest(unique_seeds(seed_map)["seed_key"].to_pylist())  # as a query_id -> key map
-        outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
-        previous = manifest.get("summary", {})
-        if (not plan.pending and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
-                and _derived_exist(store)):
-            derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")} | {"verify_retry": 0}
-            progress(UNCHANGED)
-        else:
-            derived = _derive(seeds_path, storage_options, store, out_options, ask, costs, progress)
-            if cfg.verify:  # its pass may have published verdict shards
-                outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         summary = {
-            "seeds": plan.report,
+            "seeds": validation,
             "synthesis_seeds": seed_map.num_rows,
             "plan": counts,
             "cost": costs.as_dict(time.perf_counter() - start),
@@ -145,29 +140,6 @@ def _model_path(cfg: SynthesisConfig, progress: Progress) -> str | None:
     from tasks.llm_models import resolve_llm
 
     return resolve_llm(cfg.vllm.model, cfg.model_cache_dir, progress)
-
-
-def _seed_batches(seeds_path: str, storage_options, limit: int | None, **quarantine) -> tuple[Iterator[pa.Table], object]:
-    """Synthesis seeds (SEED_ROW tables), a validated batch at a time, the first `limit` only. The
-    source is read to its end either way, so the validation report and quarantine are complete."""
-    batches, validator = stream_seeds(seeds_path, storage_options, **quarantine)
-
-    def seeds() -> Iterator[pa.Table]:
-        left = limit
-        for batch in batches:
-            selected = select_synthesis_seeds(batch)
-            if left is not None:
-                selected = selected.slice(0, max(left, 0))
-                left -= selected.num_rows
-            if selected.num_rows:
-                yield selected
-
-    return seeds(), validator
-
-
-def _items(seeds: list[dict], ask: Asking) -> list[WorkItem]:
-    return [WorkItem(seed, t, cache_key(seed["seed_key"], t, ask.version, ask.model_id, ask.sampling))
-            for seed in seeds for t in targets(seed, ask.cfg.per_negative)]
 
 
 def _call_engine(plan: Plan, ask: Asking, store: RecordStore, costs: CostSummary, progress: Progress,
@@ -235,60 +207,18 @@ def _derived_exist(store: RecordStore) -> bool:
     return all(store.fs.exists(f"{store.root}/{name}") for name in ("dual_views.parquet", "rejections.parquet", "report.md"))
 
 
-def _current_records(seeds_path: str, storage_options, store: RecordStore, ask: Asking) -> Iterator[tuple[list[WorkItem], list[dict]]]:
-    """(work items, their records with the seed columns) for the current seeds, a seed batch at a
-    time; every planned row must have a record by now."""
-    index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
-    seeds, _ = _seed_batches(seeds_path, storage_options, ask.cfg.limit)
-    for batch in seeds:
-        items = _items(batch.to_pylist(), ask)
-        found = index.fetch([i.cache_key for i in items])
-        lost = [i.cache_key for i, rec in zip(items, found) if rec is None]
-        if lost:
-            raise RuntimeError(f"{len(lost)} planned row(s) have no record under {store.out}/records, e.g. {lost[0]}")
-        yield items, [{**rec, **seed_fields(i.seed)} for i, rec in zip(items, found)]
+def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, progress: Progress) -> dict:
+    """The dual views, rejections and report of the chosen seeds (tasks/deriving.py). With `verify`, a
+    pass of its own first asks the verifier about every accepted row it has no verdict on."""
+    import ray
 
+    from tasks.deriving import Current, derive
 
-def _derive(seeds_path: str, storage_options, store: RecordStore, out_options, ask: Asking, costs: CostSummary,
-            progress: Progress) -> dict:
-    """Pass two over the seeds: dual_views.parquet (accepted) and rejections.parquet (the rest) for
-    the current seeds, streamed, with the outcome counts and report.md. With `verify`, a pass of its
-    own first asks the verifier about every accepted row it has no verdict on."""
-    cfg = ask.cfg
-    verdicts = None
-    if cfg.verify:
+    current = Current(job, ray.put(store.index(max_error_runs=1)))  # a key's first final record, else its latest failure
+    if ask.cfg.verify:
         from tasks.verification import Verdicts, Verifier, ask_missing
 
-        verifier = Verifier.of(cfg)
-        ask_missing(_current_records(seeds_path, storage_options, store, ask), verifier, store, costs, progress)
-        verdicts = Verdicts(verifier, store)
-    dual_views = TableWriter(store.path("dual_views.parquet"), DUAL_VIEW_ROW, out_options)
-    rejections = TableWriter(store.path("rejections.parquet"), SYNTHESIS_RECORD, out_options)
-    rejected: Counter = Counter()
-    examples: dict[str, list[dict]] = {}
-    try:
-        for items, records in _current_records(seeds_path, storage_options, store, ask):
-            if verdicts:
-                records = verdicts.apply(items, records, costs)
-            accepted = [make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
-                                       prompt_version=r["prompt_version"], model_id=r["model_id"])
-                        for i, r in zip(items, records) if r["rejection"] is None]
-            dual_views.write(pa.Table.from_pylist(accepted, schema=DUAL_VIEW_ROW))
-            rejections.write(pa.Table.from_pylist([r for r in records if r["rejection"] is not None], schema=SYNTHESIS_RECORD))
-            for r in records:
-                reason = r["rejection"] or "accepted"
-                rejected[reason] += 1
-                if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
-                    examples[reason].append(r)
-    except BaseException:
-        dual_views.abort()
-        rejections.abort()
-        raise
-    dual_views.close()
-    rejections.close()
-    accepted = rejected.pop("accepted", 0)
-    counts = {"accepted": accepted, "rejected": sum(rejected.values()), "by_reason": dict(sorted(rejected.items()))}
-    sample = [r for reason in sorted(examples) for r in examples[reason]]
-    report = store.write_text("report.md", render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id))
-    return {"dual_views": dual_views.rows, "rejected": counts["rejected"], "outcomes": counts, "report": report,
-            "verify_retry": verdicts.retry if verdicts else 0}
+        verifier = Verifier.of(ask.cfg)
+        ask_missing(current, chosen, verifier, costs, progress)
+        current = Current(job, current.records, verifier, ray.put(Verdicts(verifier, store)))
+    return derive(current, chosen, costs, progress)

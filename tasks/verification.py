@@ -19,26 +19,24 @@ in the run's CostSummary.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dualview_core.config import SynthesisConfig
 from dualview_core.contracts import SYNTHESIS_RECORD
-from dualview_core.id_set import IdSet
 from dualview_core.keys import canonical_json
 from dualview_core.parsing import Rejection
 from dualview_core.prompting import prompt_version
 from dualview_core.synthesis import CostSummary, WorkItem, error_rejection, seed_fields
 from dualview_core.verification import default_template, parse_verdict, render, verdict_rejection, verify_key
-from tasks.engines import batch_rows
 from tasks.publishing import Answered, Shelf, StagedRows, published, shard_rows
 from tasks.record_store import VERIFICATIONS, RecordStore
-from tasks.staging import StagedFiles, staged_info, staged_schema
+from tasks.staging import staged_info
 
 Progress = Callable[[str], None]
-Current = Iterable[tuple[list[WorkItem], list[dict]]]  # (items, their records) a seed batch at a time
 INFO = ("cache_key", "seed_key", "target_index", "instruction", "query_id", "query", "original_instruction")
 STAGED = ("cache_key", "messages", "target_doc_id", *INFO[1:])  # a staged question: the prompt, and INFO
 
@@ -77,29 +75,24 @@ class Verifier:
                 **seed_fields(seed)}
 
 
-def ask_missing(current: Current, verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
-    """Step 1: every accepted row of `current` without a verdict is asked, all through one engine."""
-    index = store.index(verifier.cfg.max_error_runs, folder=VERIFICATIONS)  # two columns per shard, not the records
-    store.clear_work()
-    files = StagedFiles(store.fs, store.work("verify"), "verify", batch_rows(verifier.pass_cfg), staged_schema(STAGED))
-    seen, accepted = IdSet(), 0
-    try:
-        for items, records in current:
-            asked = [(k, i, r) for k, i, r in zip(verifier.keys(items, records), items, records) if k is not None]
-            accepted += len(asked)
-            found = index.lookup([k for k, _, _ in asked])
-            files.add([verifier.row(k, i, r) for (k, i, r), at in zip(asked, found) if at < 0 and seen.add(k)])
-        paths = files.close()
-        progress(f"verification: {accepted} accepted rows, {len(seen)} to send")
-        if paths:
-            _ask(paths, verifier, store, costs, progress)
-    finally:
-        store.clear_work()
+def ask_missing(current, seeds, verifier: Verifier, costs: CostSummary, progress: Progress) -> None:
+    """Step 1: every accepted row of the chosen `seeds` (locators) without a verdict is staged by a Ray
+    Data task per chunk (tasks/deriving.py), then asked, all through one engine. `current`:
+    tasks.deriving.Current, reading the current records."""
+    import ray
+
+    from tasks.deriving import stage_questions
+
+    store = current.job.store
+    settled = store.index(verifier.cfg.max_error_runs, folder=VERIFICATIONS)  # two columns per shard, not the records
+    accepted, paths = stage_questions(replace(current, verifier=verifier, settled=ray.put(settled.index)), seeds)
+    sent = sum(pq.ParquetFile(store.fs.open(p, "rb")).metadata.num_rows for p in paths)
+    progress(f"verification: {accepted} accepted rows, {sent} to send")
+    if paths:
+        _ask(tuple(paths), verifier, store, costs, progress)
 
 
 def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: CostSummary, progress: Progress) -> None:
-    import pyarrow.parquet as pq
-
     from tasks.engines import start_wait
     from tasks.llm_models import resolve_llm
     from tasks.progress import Meter, waiting

@@ -21,6 +21,32 @@ for _name, _value in THROWAWAY_AWS.items():
     os.environ.setdefault(_name, _value)
 
 
+def kill_session(sid: int, timeout: float = 30) -> None:
+    """SIGKILL every process of session `sid` (a run started with `start_new_session=True`): its
+    driver, Ray's processes and Ray's workers, which sit in process groups of their own, so a
+    `killpg` of the driver's group leaves them to finish a task after the driver is gone."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs = []
+        for p in psutil.process_iter():
+            try:
+                if os.getsid(p.pid) == sid:
+                    procs.append(p)
+            except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+                pass
+        if not procs:
+            return
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=5)
+    raise TimeoutError(f"processes of session {sid} still alive after {timeout}s")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

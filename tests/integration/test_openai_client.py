@@ -213,19 +213,13 @@ def start_writer(writer: Writer, started: list) -> str:
 
 @pytest.mark.slow
 def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_or_not(tmp_path, monkeypatch):
-    import functools
-
     import pyarrow.parquet as pq
 
     import tasks.publishing
-    import tasks.synthesis
-    from dualview_core.config import SynthesisConfig, ValidationConfig
+    from dualview_core.config import SynthesisConfig
     from tasks.synthesis import UNCHANGED, run_synthesis
 
-    # seeds in batches of 8 (4 batches), and every engine the run builds counted: verification
-    # walks the batches but starts its engine once, for all of them
-    monkeypatch.setattr(tasks.synthesis, "stream_seeds",
-                        functools.partial(tasks.synthesis.stream_seeds, cfg=ValidationConfig(batch_rows=8)))
+    # every engine the run builds counted: verification starts its engine once, for all the rows
     built = []
     make_engine = tasks.publishing.make_engine
     monkeypatch.setattr(tasks.publishing, "make_engine", lambda cfg, path=None: built.append(cfg.sampling) or make_engine(cfg, path))

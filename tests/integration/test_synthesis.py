@@ -8,9 +8,7 @@ prompt does not fit the context is one rejected row, not a failed run; an old-fo
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +17,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
+from tests.integration.conftest import kill_session
 
 from dualview_core import samples
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig, SynthesisConfig
@@ -156,7 +156,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(server, tmp_path):
     while not list((killed / "records").glob("part-*.parquet")) and time.monotonic() < deadline:
         assert proc.poll() is None, "the run finished before it could be killed"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: driver, Ray and all
+    kill_session(proc.pid)  # driver, Ray and every worker, mid-stream
     proc.wait()
     published = len(shard_keys(killed))
     assert 0 < published < total and not (killed / "manifest.json").exists()

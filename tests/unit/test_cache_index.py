@@ -66,10 +66,10 @@ def test_fixed_width_keys_are_read_from_arrow_as_python_would_convert_them():
     import numpy as np
     import pyarrow as pa
 
-    from dualview_core.cache_index import _fixed_width
+    from dualview_core.cache_index import fixed_width
 
     same = pa.array([f"{i:032x}" for i in range(1000)])
     for keys in (same, same.slice(7, 500), pa.array(["ab", "c", "def"]), pa.array([], pa.string())):
         expected = keys.to_numpy(zero_copy_only=False).astype(f"S{max([len(k) for k in keys.to_pylist()] or [1])}")
-        got = _fixed_width(keys)
+        got = fixed_width(keys)
         assert got.dtype == expected.dtype and np.array_equal(got, expected)

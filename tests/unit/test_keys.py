@@ -71,6 +71,22 @@ def test_content_digest_is_order_independent_and_content_sensitive():
     assert content_digest(["ab"]) != content_digest(["a", "b"])
 
 
+def test_an_arrow_array_of_keys_has_the_digest_of_its_python_list():
+    import random
+
+    import pyarrow as pa
+
+    import dualview_core.keys as keys_module
+
+    keys = [f"{random.Random(i).getrandbits(64):016x}" for i in range(1000)]
+    chunked = pa.chunked_array([keys[:300], keys[300:]])
+    old, keys_module.DIGEST_SLICE = keys_module.DIGEST_SLICE, 7  # several slices, one of them short
+    try:
+        assert content_digest(pa.array(keys)) == content_digest(chunked) == content_digest(keys)
+    finally:
+        keys_module.DIGEST_SLICE = old
+
+
 def test_seed_bytes_are_the_canonical_json_for_every_code_point():
     """orjson writes the key's bytes; they must be `canonical_json`'s, or every cached key would move."""
     from dualview_core.keys import _canonical_seed, canonical_json, seed_bytes
