@@ -311,6 +311,7 @@ def main() -> None:
         serve_fixed_latency(args.serve, args.latency_ms / 1000)
         return
     folder = Path(args.workdir or tempfile.mkdtemp(prefix="synbench-"))
+    folder.mkdir(parents=True, exist_ok=True)
     if args.only:
         batching = tuple(args.vllm_batching[0]) if args.vllm_batching else None
         print(RESULT + json.dumps(bench_vllm_side(args.only, args.vllm_rows, folder, batching)), flush=True)

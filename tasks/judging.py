@@ -41,14 +41,20 @@ class Judging:
 
 
 @dataclass(frozen=True)
-class Asking:
-    """How this run asks: the config, the prompt and its version, and what goes into every cache key."""
+class Prompted:
+    """A prompt put to a model by a run: the config, the prompt and its version, and the model and
+    sampling that go into every cache key with it."""
 
     cfg: SynthesisConfig
     template: str
     version: str
     model_id: str
     sampling: dict
+
+
+@dataclass(frozen=True)
+class Asking(Prompted):
+    """How this run asks for reversed instructions."""
 
     @property
     def geometry(self) -> bool:

@@ -32,6 +32,7 @@ from dualview_core.parsing import Rejection
 from dualview_core.prompting import prompt_version
 from dualview_core.synthesis import CostSummary, WorkItem, error_rejection, seed_fields
 from dualview_core.verification import default_template, parse_verdict, render, verdict_rejection, verify_key
+from tasks.judging import Prompted
 from tasks.publishing import Answered, Shelf, StagedRows, published, shard_rows
 from tasks.record_store import VERIFICATIONS, RecordStore
 from tasks.staging import staged_info
@@ -42,14 +43,8 @@ STAGED = ("cache_key", "messages", "target_doc_id", *INFO[1:])  # a staged quest
 
 
 @dataclass(frozen=True)
-class Verifier:
+class Verifier(Prompted):
     """How this run verifies: the prompt, its version, the model and the sampling of the second call."""
-
-    cfg: SynthesisConfig
-    template: str
-    version: str
-    model_id: str
-    sampling: dict
 
     @property
     def pass_cfg(self) -> SynthesisConfig:
