@@ -83,13 +83,15 @@ class PlanRows:
 
 
 class PlanBuilder:
-    """PLAN_ROW tables added in any order (one per chunk and job); `resolve` decides over all of them."""
+    """PLAN_ROW tables added in any order; `resolve` decides over all of them. A table holds
+    consecutive rows of one chunk: a chunk's whole plan, or a part of it (Ray Data splits a task's
+    output into blocks when it outgrows its block size)."""
 
     def __init__(self):
         self.rows: Counter = Counter()  # chunk -> rows
         self.reasons: Counter = Counter()
-        self.valid: dict[int, tuple[np.ndarray, ...]] = {}  # chunk -> locator, identity (hi, lo), instruct, negatives
-        self.seeds: dict[int, pa.Table] = {}  # chunk -> its synthesis seeds (SEED_COLUMNS), in source order
+        self.valid: list[tuple[np.ndarray, ...]] = []  # per part: locator, identity (hi, lo), instruct, negatives
+        self.seeds: list[pa.Table] = []  # per part: its synthesis seeds (SEED_COLUMNS), in source order
 
     def add(self, table: pa.Table) -> None:
         if not table.num_rows:
@@ -98,15 +100,17 @@ class PlanBuilder:
         self.rows[chunk] += table.num_rows
         self.reasons.update(r for r in table["reason"].to_pylist() if r is not None)
         valid = table.filter(pc.is_null(table["reason"]))
-        self.valid[chunk] = (valid["locator"].to_numpy(), *_digests(valid["identity"]),
-                             valid["instruct"].to_numpy(zero_copy_only=False), valid["negatives"].to_numpy(zero_copy_only=False))
+        if valid.num_rows:
+            self.valid.append((valid["locator"].to_numpy(), *_digests(valid["identity"]),
+                               valid["instruct"].to_numpy(zero_copy_only=False), valid["negatives"].to_numpy(zero_copy_only=False)))
         seeds = valid.filter(pc.is_valid(valid["query_id"])).select(SEED_COLUMNS)
         if seeds.num_rows:
-            self.seeds[chunk] = seeds
+            self.seeds.append(seeds)
 
     def resolve(self, limit: int | None = None) -> Plan:
         """The plan; the builder is emptied on the way (what it held is in the plan, or no longer needed)."""
-        locators, hi, lo, instruct, negatives = _concat([self.valid.pop(c) for c in sorted(self.valid)])
+        locators, hi, lo, instruct, negatives = _concat(self.valid)
+        self.valid = []
         order = np.lexsort((locators, lo, hi))  # by identity, then source order
         first = np.ones(len(order), dtype=bool)
         first[1:] = (hi[order][1:] != hi[order][:-1]) | (lo[order][1:] != lo[order][:-1])
@@ -121,7 +125,7 @@ class PlanBuilder:
                   "by_reason": dict(sorted(by_reason.items())), "instruct": int(instruct[kept].sum()),
                   "non_instruct": int((~instruct[kept]).sum()),
                   "with_instruction_negatives": int((instruct[kept] & negatives[kept]).sum())}
-        seeds = _in_order([self.seeds.pop(c) for c in sorted(self.seeds)])
+        seeds, self.seeds = _in_order(self.seeds), []
         keep = ~np.isin(seeds["locator"].to_numpy(), duplicates)
         if limit is not None:
             keep &= np.cumsum(keep) <= limit
@@ -137,13 +141,14 @@ class PlanBuilder:
 def with_calls(plan: Plan, tables: list[pa.Table]) -> Plan:
     """`plan` with the calls of its seeds taken from PLAN_ROW `tables` of a later pass (one that
     staged the chosen seeds only: the limit's second pass)."""
-    parts = sorted((int(t["locator"][0].as_py()) >> ROW_BITS, t) for t in tables if t.num_rows)
-    seeds = _in_order([t.filter(pc.is_valid(t["query_id"])).select(SEED_COLUMNS) for _, t in parts])
+    seeds = _in_order([t.filter(pc.is_valid(t["query_id"])).select(SEED_COLUMNS) for t in tables])
     return _with_calls(plan, seeds, np.isin(seeds["locator"].to_numpy(), plan.seeds))
 
 
 def _in_order(tables: list[pa.Table]) -> pa.Table:
-    """Chunks' tables, given in chunk order, as one table (no copy)."""
+    """Parts of chunks' seed tables, each in source order and given in any order, as one table in
+    source order (parts ordered by their first locator; the rows are not copied)."""
+    tables = sorted((t for t in tables if t.num_rows), key=lambda t: t["locator"][0].as_py())
     return pa.concat_tables(tables) if tables else PLAN_ROW.empty_table().select(SEED_COLUMNS)
 
 

@@ -118,8 +118,29 @@ def run_chunks(task: Callable, spec: object, n_chunks: int, wanted: np.ndarray |
     if not items:
         return
     ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds.context.raise_original_map_exception = True  # a task's SourceError reaches this process as one
     ds = ds.map_batches(_chunk_task, fn_args=(task, spec), batch_size=1, batch_format="pyarrow", num_cpus=PLAN_CPUS)
-    yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    try:
+        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    except SourceError as exc:  # Ray's error, an instance of the task's: its message, without the traceback
+        raise SourceError(_source_message(exc)) from None
+
+
+def _source_message(exc: BaseException) -> str:
+    """The first line of the task's own SourceError in `exc`'s chain (Ray keeps it as a cause of the
+    error it raises here, itself an instance of SourceError whose text is Ray's traceback)."""
+    from ray.exceptions import RayError
+
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, SourceError) and not isinstance(e, RayError):
+            return str(e).strip().splitlines()[0]
+        todo += [e.__cause__, getattr(e, "cause", None), e.__context__]
+    return str(exc).strip().splitlines()[-1]
 
 
 def _chunk_task(batch: pa.Table, task: Callable, spec: object) -> pa.Table:
@@ -200,6 +221,8 @@ def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int
     from tasks.engines import prompt_counter
 
     found = tool("index", job.index, lambda: ray.get(job.index)).lookup([k for *_, k in keyed])
+    if (found >= 0).all():  # all cached: no prompt to render or count (no tokenizer loaded)
+        return out
     counter = tool("counter", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_counter(ask.cfg, job.model_path))
     for (row, seed, t, key), at in zip(keyed, found):
         if at >= 0:

@@ -47,7 +47,8 @@ from dualview_core.sources import filesystem
 
 RECORDS, VERIFICATIONS, WORK, SEED_MAP_FILE = "records", "verifications", ".work", "seed_map.parquet"
 INDEX_COLUMNS = ["cache_key", "rejection"]
-SHARDS_IN_MEMORY = 4  # whole shards kept while fetching records; runs write shards in seed order
+SHARDS_IN_MEMORY = 16  # whole shards (a few MB each) kept while fetching records: a batch of one chunk's
+# seeds finds its records in a few shards, filled by several publishing actors in no strict order
 
 
 class ShardIndex:

@@ -168,3 +168,22 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(server, tmp_path):
     assert sorted(keys) == sorted(shard_keys(whole))
     (dv_a, rej_a), (dv_b, rej_b) = outputs(whole), outputs(killed)
     assert len(dv_a) + len(rej_a) == len(dv_b) + len(rej_b) == total
+
+
+def test_a_row_group_that_cannot_be_read_fails_the_run_with_one_line_and_nothing_published(tmp_path):
+    """The first pass reads the seeds in Ray Data tasks: a chunk that cannot be read is the same
+    one-line SourceError the sequential reader gives (the CLI's exit 2), not Ray's traceback."""
+    from dualview_core.sources import SourceError
+    from tests.factories import promptriever_row, write_parquet
+
+    path = write_parquet(tmp_path / "seeds.parquet", [promptriever_row(f"q{i}") for i in range(40)], row_group_size=10)
+    data = bytearray(path.read_bytes())
+    start = pq.ParquetFile(path).metadata.row_group(1).column(0).data_page_offset
+    data[start:start + 200] = b"\xff" * 200  # the second row group's first page; the footer stays readable
+    path.write_bytes(bytes(data))
+    cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_url="http://127.0.0.1:9/v1", model="m"))
+    with pytest.raises(SourceError) as caught:
+        run_synthesis(str(path), str(tmp_path / "out"), cfg)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: unreadable (") and "\n" not in message
+    assert not list((tmp_path / "out").glob("records/*.parquet"))

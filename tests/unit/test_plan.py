@@ -36,7 +36,9 @@ def messy_rows() -> list:
     return rows
 
 
-def plan_of(chunks, fs, shuffle: int | None = None, limit: int | None = None):
+def plan_of(chunks, fs, shuffle: int | None = None, limit: int | None = None, parts: int | None = None):
+    """The resolved plan; with `parts`, each chunk's plan rows are added in tables of that many rows,
+    last part first (Ray Data may hand a task's output back in several blocks)."""
     builder = PlanBuilder()
     order = list(range(len(chunks)))
     if shuffle is not None:
@@ -51,7 +53,10 @@ def plan_of(chunks, fs, shuffle: int | None = None, limit: int | None = None):
                 else:
                     keys = [f"{result['seed_key']}:0"]
                     rows.valid(raw.index, result, staged=keys, calls=1)
-        builder.add(rows.table())
+        table = rows.table()
+        step = parts or max(table.num_rows, 1)
+        for start in reversed(range(0, table.num_rows, step)):
+            builder.add(table.slice(start, step))
     return builder.resolve(limit)
 
 
@@ -81,6 +86,18 @@ def test_chunks_in_any_order_resolve_to_the_sequential_validators_decisions(tmp_
     # the duplicate with the same content staged its call too; the resolved plan leaves it out
     dup_with_calls = [int(x) for x in plan.duplicates]
     assert set(plan.drop.tolist()) <= set(dup_with_calls) and len(plan.drop) == 2
+
+
+@pytest.mark.parametrize("limit", [None, 7])
+def test_a_chunk_returned_in_several_parts_resolves_as_one(tmp_path, limit):
+    path = write_jsonl(tmp_path / "s.jsonl", messy_rows())
+    fs = fsspec.filesystem("file")
+    chunks = cut(fs, "jsonl", [str(path)], chunk_bytes=5_000)
+    whole, split = plan_of(chunks, fs, shuffle=1, limit=limit), plan_of(chunks, fs, shuffle=2, limit=limit, parts=3)
+    assert split.report == whole.report and split.offsets == whole.offsets
+    assert split.seed_map.to_pylist() == whole.seed_map.to_pylist() and split.seed_map.num_rows >= 7
+    assert split.seeds.tolist() == whole.seeds.tolist() and split.duplicates.tolist() == whole.duplicates.tolist()
+    assert split.staged.to_pylist() == whole.staged.to_pylist() and split.drop.tolist() == whole.drop.tolist()
 
 
 def test_the_limit_takes_the_first_synthesis_seeds_in_source_order_after_duplicates(tmp_path):
