@@ -10,12 +10,12 @@ stage after the engine judges each batch of answers into records and publishes t
 `shard_rows` (tasks/publishing.py): the driver receives their summaries, for progress and costs, and
 gives a record to any row the engine never returned, so every planned row ends as a record. With
 `verify`, a pass over the current records asks a second, cached question about every accepted row
-(tasks/verification.py; one engine start for all of them). Then a last pass over the seeds derives
-the dual-view rows, the rejections and report.md for the current seeds, streaming, and the run is
-recorded in the manifest (its seed map in OUT/seed_map.parquet). When nothing changed since the last
+(tasks/verification.py; one engine start for all of them). Then a last Ray Data job over the chosen
+seeds' chunks derives the dual-view rows and the rejections as parts the driver joins in source
+order, and report.md (tasks/deriving.py); the run is recorded in the manifest (its seed map in OUT/seed_map.parquet). When nothing changed since the last
 run (same seeds, same shards, same settings) the derived files stand as they are. The driver holds
-the plan (tens of bytes per seed row), one shard's summary and one batch of seeds, never the data
-set. Killed at any moment, a re-run picks up exactly where the published shards end.
+the plan (tens of bytes per seed row), one shard's summary and one row group of the derived tables,
+never the data set. Killed at any moment, a re-run picks up exactly where the published shards end.
 """
 
 from __future__ import annotations
