@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     print(f"method check: world {world_dir.name} ({world_cfg.seed_topics} seed topics, {world_cfg.eval_topics} eval "
           f"queries), {len(args.mixtures)} mixtures x {len(args.seeds)} seeds, {steps} steps of {args.batch_size}, "
           f"corruption {args.corruption:g}, load {load[0]:.2f}", file=sys.stderr)
-    result = sweep(config)
+    result = sweep(config=config)
     run_id = result["mlflow_run_id"]
     folder = world_dir / "runs" / "sweep" / run_id
     table, means = summarise(result["points"], folder, evaluation.bootstrap_resamples, evaluation.confidence)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dualview_core.config import ClusterConfig, PipelineConfig, RayJobConfig, SeedSource
+from dualview_core.config import ClusterConfig, EvaluationConfig, PipelineConfig, RayJobConfig, SeedSource
 
 # image name -> what it runs (docker/<name>/Dockerfile builds it)
 IMAGES = {
@@ -64,23 +64,28 @@ def ray_address(cfg: ClusterConfig) -> str:
 def synthesis_entrypoint(seeds: str, out: str) -> list[str]:
     """The command a submitted Ray job runs on the head (ray_mode 'job'): the CLI, joining the
     cluster it runs in."""
-    return ["dualview", "synthesize", "--seeds", seeds, "--out", out, "--engine", "vllm", "--production",
+    return ["dualview", "synthesize", "--seeds", seeds, "--out", out, "--profile", "cluster",
             "--ray-address", "auto"]
 
 
-MLFLOW_ARTIFACTS = "mlflow-artifacts:/dualview"  # proxied by the server to its S3 destination
+# Experiments keep the server's default artifact root, mlflow-artifacts:/<experiment id>, proxied by it
+# to S3. Basic auth judges a proxied artifact write by the experiment id that path starts with: under a
+# root of our own (mlflow-artifacts:/dualview) it finds none and refuses the write (HTTP 403, seen in
+# tests/integration/test_rehearsal.py). A local path would put artifacts on the pod's disk.
+MLFLOW_ARTIFACTS = None
 
 
 def pipeline_config(cfg: ClusterConfig, seeds: str, eval_set: str, workdir: str) -> PipelineConfig:
     """The `pipeline` flow's parameters on the cluster: the cluster's synthesis (joined over
     `ray_address` in client mode, submitted to it as a Ray Job in job mode) and training profiles, one
-    DeepSpeed rank per trainer GPU, the MLflow server, and artifacts through it (a local artifact path
-    would land on the pod's disk)."""
+    DeepSpeed rank per trainer GPU, the MLflow server, and artifacts through it (`MLFLOW_ARTIFACTS`). Evaluation at the full 512 tokens. profiles/cluster.yaml holds the same
+    values for the default ClusterConfig (tests/unit/test_profiles.py)."""
     reach = ({"ray_address": ray_address(cfg)} if cfg.ray_mode == "client"
              else {"ray_job": RayJobConfig(address=ray_address(cfg)), "ray_address": None})
     synthesis = cfg.synthesis.model_copy(update=reach)
     return PipelineConfig(seeds=SeedSource(path=seeds), eval_set=SeedSource(path=eval_set), workdir=workdir,
                           synthesis=synthesis, training=cfg.training, train_processes=cfg.trainer_gpus,
+                          evaluation=EvaluationConfig(),
                           tracking_uri=mlflow_tracking_uri(cfg), artifact_location=MLFLOW_ARTIFACTS)
 
 

@@ -248,7 +248,7 @@ class SynthesisConfig(_Config):
             max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
             stop=("</new_instruction>", "</answer>", "\n\n"),
         ),
-        description="Defaults suit the tiny CPU model; see `production()` for the 80B model.",
+        description="Defaults suit the tiny CPU model; profiles/cluster.yaml has the 80B model's.",
     )
     guards: GuardConfig = Field(default_factory=GuardConfig)
     verify: bool = Field(
@@ -292,18 +292,6 @@ class SynthesisConfig(_Config):
         "is always its own driver.",
     )
     model_cache_dir: str = Field(".cache/models", description="Where packaged models are converted and cached.")
-
-    @classmethod
-    def production(cls) -> SynthesisConfig:
-        """The paper's setting: Qwen3-Next-80B-A3B-Instruct, tensor parallel 4, on GPUs."""
-        return cls(
-            vllm=VLLMEngineConfig(
-                model="Qwen/Qwen3-Next-80B-A3B-Instruct", tensor_parallel_size=4, batch_size=16,
-                max_concurrent_batches=32, max_num_seqs=512, dtype="bfloat16", enforce_eager=False, max_model_len=8192,
-                enable_prefix_caching=False, cpu=False,
-            ),
-            sampling=SamplingConfig(),
-        )
 
     @model_validator(mode="after")
     def _one_driver(self) -> SynthesisConfig:
@@ -574,10 +562,16 @@ class SweepConfig(_Config):
 # --- cluster ------------------------------------------------------------------------------------
 
 
+def _cluster_profile() -> PipelineConfig:
+    from dualview_core.profiles import resolve  # profiles/cluster.yaml is the one source of these values
+
+    return resolve("cluster")
+
+
 def _cluster_synthesis() -> SynthesisConfig:
-    """The production profile, with one vLLM replica per GPU worker pod the cluster may start."""
-    base = SynthesisConfig.production()
-    return base.model_copy(update={"vllm": base.vllm.model_copy(update={"replicas": 4})})
+    """What the GPU worker group runs: the cluster profile's engine, without how a run reaches Ray
+    (`dualview_core.cluster.pipeline_config` adds that from `ray_mode`)."""
+    return _cluster_profile().synthesis.model_copy(update={"ray_job": None, "ray_address": None})
 
 
 class ClusterSecrets(_Config):
@@ -634,18 +628,18 @@ class ClusterConfig(_Config):
         "dualview", max_length=53, description="RayCluster name; KubeRay names the head Service '<name>-head-svc'.",
     )
     ray_mode: Literal["client", "job"] = Field(
-        "client", description="How synthesis reaches Ray. client: the flow run is the driver, over ray:// (what "
-        "`ensure_ray(address)` does today); every row and answer crosses one gRPC connection, and losing it loses "
-        "the run. job: the driver runs on the head, submitted over the dashboard's job API; sturdier for the "
-        "480k-row run, and the submitting pod may come and go.",
+        "job", description="How synthesis reaches Ray. job (profiles/cluster.yaml): the driver runs on the head, "
+        "submitted over the dashboard's job API; sturdy for the 480k-row run, and the submitting pod may come and "
+        "go. client: the flow run is the driver, over ray://; every row and answer crosses one gRPC connection, "
+        "and losing it loses the run.",
     )
     synthesis: SynthesisConfig = Field(
         default_factory=_cluster_synthesis, description="What the GPU worker group runs. Its tensor_parallel_size "
         "and replicas size the GPU pods.",
     )
     training: TrainingConfig = Field(
-        default_factory=lambda: TrainingConfig(model="BAAI/bge-m3", pooling="cls", zero_stage=2, precision="bf16"),
-        description="What the training pod runs: bge-m3 (568M parameters) as DESIGN.md suggests. ZeRO-2 shards "
+        default_factory=lambda: _cluster_profile().training,
+        description="What the training pod runs (profiles/cluster.yaml): bge-m3 (568M parameters) as DESIGN.md suggests. ZeRO-2 shards "
         "optimizer state and gradients over the ranks: room for larger batches (more in-batch negatives) for a "
         "little communication; bf16 on GPU.",
     )

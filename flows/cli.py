@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dualview_core.profiles import ProfileError
 from dualview_core.sources import SourceError
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, apply_project_env, data, evaluate, synthesize, train
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except SourceError as exc:
+    except (SourceError, ProfileError) as exc:
         print(f"dualview: error: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     except BrokenPipeError:  # `dualview ... | head`: the reader left; not an error of ours

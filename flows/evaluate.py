@@ -5,27 +5,31 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.config import EvaluationConfig, PipelineConfig, SeedSource
+from dualview_core.profiles import EvaluationOverrides, Profile, SeedSourceOverrides, for_evaluation
 from tasks.lineage import evaluate_lineage
 from tasks.runs import flow_run_tracked
 from tasks.stages import evaluate_tracked
 from tasks.summary import comparison_table
 
-DEFAULTS = PipelineConfig()
-
 
 @flow(name="evaluate", log_prints=True)
 def evaluate(
-    model: str = "minilm",
-    eval_set: SeedSource = DEFAULTS.eval_set,
-    out: str = f"{DEFAULTS.workdir}/eval",
-    config: EvaluationConfig = DEFAULTS.evaluation,
+    profile: Profile = "cpu",
+    model: str | None = None,
+    eval_set: SeedSourceOverrides = SeedSourceOverrides(),
+    out: str | None = None,
+    config: EvaluationOverrides = EvaluationOverrides(),
     experiment: str = "dualview-evaluate",
-    tracking_uri: str = DEFAULTS.tracking_uri,
+    tracking_uri: str | None = None,
 ) -> dict:
-    tags, params = evaluate_lineage(model, eval_set, config)
-    with flow_run_tracked(experiment, tracking_uri, DEFAULTS.artifact_location, flow_run.get_name() or "evaluate",
+    """`model` defaults to the profile's base model (a folder, a hub id, or 'minilm'); reports go to
+    `out/<MLflow run id>` (default: the profile's `<workdir>/eval`)."""
+    p = for_evaluation(profile, eval_set, config, tracking_uri)
+    model = model or p.training.model
+    out = (out or f"{p.workdir.rstrip('/')}/eval").rstrip("/")
+    tags, params = evaluate_lineage(model, p.eval_set, p.evaluation)
+    with flow_run_tracked(experiment, p.tracking_uri, p.artifact_location, flow_run.get_name() or "evaluate",
                           tags, params) as run:
-        report = evaluate_tracked(run, "model", model, eval_set, config, f"{out.rstrip('/')}/{run.run_id}")
+        report = evaluate_tracked(run, "model", model, p.eval_set, p.evaluation, f"{out}/{run.run_id}", p.output_options())
     print("\n" + comparison_table({model: report}))
     return report.as_dict(with_per_query=False)

@@ -11,13 +11,16 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.config import PipelineConfig
+from dualview_core.profiles import PipelineOverrides, Profile, explicit, resolve
 from tasks.stages import evaluate_tracked, log_headline, pipeline_run, synthesize_tracked, train_tracked
 from tasks.summary import comparison_table
 
 
 @flow(name="pipeline", log_prints=True)
-def pipeline(config: PipelineConfig = PipelineConfig()) -> dict:
+def pipeline(profile: Profile = "cpu", config: PipelineOverrides = PipelineOverrides()) -> dict:
+    """`profile` (profiles/<name>.yaml) supplies every field `config` leaves empty; on the Kubernetes
+    deployments (profile cluster), filling only `config.seeds.path` runs the paper's job on your seeds."""
+    config = resolve(profile, explicit(config))
     work, options = config.workdir.rstrip("/"), config.output_options()
     with pipeline_run(config, flow_run.get_name() or "pipeline") as run:
         synthesis = synthesize_tracked(run, config.seeds, f"{work}/synthesis", config.synthesis, options)

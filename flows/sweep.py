@@ -9,13 +9,15 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.config import SweepConfig
+from dualview_core.profiles import Profile, SweepOverrides, for_sweep
 from tasks.lineage import sweep_lineage
 from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, sweep_points, synthesize_tracked, train_point
 
 
 @flow(name="sweep", log_prints=True)
-def sweep(config: SweepConfig = SweepConfig()) -> dict:
+def sweep(profile: Profile = "cpu", config: SweepOverrides = SweepOverrides()) -> dict:
+    """`profile` supplies the pipeline fields `config.pipeline` leaves unset (see flows/pipeline.py)."""
+    config = for_sweep(profile, config)
     p = config.pipeline
     work = p.workdir.rstrip("/")
     with pipeline_run(p, flow_run.get_name() or "sweep", sweep_lineage(config)) as run:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from prefect import flow
 
-from dualview_core import samples
-from dualview_core.config import SeedSource, SynthesisConfig
+from dualview_core.profiles import Profile, SeedSourceOverrides, SynthesisOverrides, for_synthesis
 from tasks.stages import synthesize_seeds
-
-DEFAULT_OUT = ".cache/runs/synthesis"
 
 
 @flow(name="synthesize", log_prints=True)
 def synthesize(
-    seeds: SeedSource = SeedSource(path=samples.seeds_path()),
-    out: str = DEFAULT_OUT,
-    config: SynthesisConfig = SynthesisConfig(),
+    profile: Profile = "cpu",
+    seeds: SeedSourceOverrides = SeedSourceOverrides(),
+    out: str | None = None,
+    config: SynthesisOverrides = SynthesisOverrides(),
 ) -> dict:
-    """Write complementary instructions for every eligible seed not already answered in `out`."""
+    """Write complementary instructions for every eligible seed not already answered in `out`.
+    `profile` (profiles/<name>.yaml) supplies every field left empty; `out` defaults to its workdir's
+    synthesis/."""
+    seeds, out, config = for_synthesis(profile, seeds, out, config)
     return synthesize_seeds(seeds, out, config)

@@ -5,29 +5,32 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.config import PipelineConfig, SeedSource, TrainingConfig
-from flows.synthesize import DEFAULT_OUT
+from dualview_core.profiles import Profile, SeedSourceOverrides, TrainingOverrides, for_training, synthesis_dir
 from tasks.lineage import train_lineage
 from tasks.runs import flow_run_tracked
 from tasks.stages import train_tracked
 
-DEFAULTS = PipelineConfig()
-
 
 @flow(name="train", log_prints=True)
 def train(
-    seeds: SeedSource = DEFAULTS.seeds,
-    dual_views: str = f"{DEFAULT_OUT}/dual_views.parquet",
-    models: str = f"{DEFAULTS.workdir}/models",
-    config: TrainingConfig = DEFAULTS.training,
-    processes: int = 1,
+    profile: Profile = "cpu",
+    seeds: SeedSourceOverrides = SeedSourceOverrides(),
+    dual_views: str | None = None,
+    models: str | None = None,
+    config: TrainingOverrides = TrainingOverrides(),
+    processes: int | None = None,
     experiment: str = "dualview-train",
-    tracking_uri: str = DEFAULTS.tracking_uri,
+    tracking_uri: str | None = None,
 ) -> dict:
-    """Writes the checkpoint to `models/<MLflow run id>`. A retry of this flow run reuses that run,
-    so training resumes from `models/<run id>.state`."""
-    tags, params = train_lineage(config, seeds, dual_views, dict(seeds.storage_options))
-    with flow_run_tracked(experiment, tracking_uri, DEFAULTS.artifact_location, flow_run.get_name() or "train",
+    """Writes the checkpoint to `models/<MLflow run id>` (default: the profile's `<workdir>/models`).
+    A retry of this flow run reuses that run, so training resumes from `models/<run id>.state`.
+    With more than one process the DeepSpeed launcher starts the ranks."""
+    p = for_training(profile, seeds, config, processes, tracking_uri)
+    dual_views = dual_views or f"{synthesis_dir(p)}/dual_views.parquet"
+    models = (models or f"{p.workdir.rstrip('/')}/models").rstrip("/")
+    tags, params = train_lineage(p.training, p.seeds, dual_views, dict(p.seeds.storage_options))
+    with flow_run_tracked(experiment, p.tracking_uri, p.artifact_location, flow_run.get_name() or "train",
                           tags, params) as run:
-        result = train_tracked(run, seeds, dual_views, f"{models.rstrip('/')}/{run.run_id}", config, processes)
+        result = train_tracked(run, p.seeds, dual_views, f"{models}/{run.run_id}", p.training, p.train_processes,
+                               p.output_options())
     return {k: v for k, v in result.items() if k != "history"}

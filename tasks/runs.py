@@ -1,9 +1,9 @@
 """MLflow runs of flows: a parent run per flow run, a nested run per stage, all addressed by id.
 
-Owns the run lifecycle — open (or, when Prefect retries a flow run, reopen) the parent run, open
-or reopen a stage's nested run, close each FINISHED or FAILED — and `RunRef`, the handle a stage
-logs through from whichever thread or process runs it. What a run is tagged with is
-`tasks.lineage`'s business; what it logs is each stage's.
+Owns the run lifecycle — check that the tracking server takes our credentials, open (or, when
+Prefect retries a flow run, reopen) the parent run, open or reopen a stage's nested run, close each
+FINISHED or FAILED — and `RunRef`, the handle a stage logs through from whichever thread or process
+runs it. What a run is tagged with is `tasks.lineage`'s business; what it logs is each stage's.
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ def close_flow_run(run: RunRef, failed: bool = False) -> None:
 @contextlib.contextmanager
 def flow_run_tracked(experiment: str, tracking_uri: str, artifact_location: str | None, run_name: str,
                      tags: dict[str, str], params: dict[str, str]) -> Iterator[RunRef]:
-    """The parent MLflow run of a flow: opened, yielded, closed FINISHED or FAILED."""
+    """The parent MLflow run of a flow: opened, yielded, closed FINISHED or FAILED. Every flow opens
+    its run here before its first stage, so this is where a tracking server that refuses our
+    credentials stops the flow (outside the retried task: a refusal is not transient)."""
+    tracking.check_tracking_access(tracking_uri)
     run = open_flow_run(experiment, tracking_uri, artifact_location, run_name, tags, params)
     try:
         yield run

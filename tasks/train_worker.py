@@ -42,9 +42,11 @@ from dualview_core.contracts import DUAL_VIEW_ROW
 from dualview_core.io import read_table
 from dualview_core.keys import canonical_json, digest
 from dualview_core.mixture_store import FORMAT, META, StoredMixture, build_store, open_store
+from dualview_core.mixtures import MixtureError
 from dualview_core.negatives import block_width
 from dualview_core.resume import run_fingerprint
 from dualview_core.sources import SourceError, filesystem
+from dualview_core.training_rows import total_steps
 from tasks.preflight import check_memory
 from tasks.train_output import check_destination
 from tasks.training import PROJECT_CACHE, Callback, TrainResult, free_port, published_result, train
@@ -141,6 +143,11 @@ def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, pr
     if published is not None:
         return published_result(out, published)
     block_width(mixture.rows, cfg.negatives, strict=cfg.strict_negatives)  # fail before starting ranks
+    try:
+        total_steps(len(mixture.rows), batch_size=cfg.batch_size, world_size=processes,
+                    grad_accumulation=cfg.grad_accumulation, epochs=cfg.epochs, max_steps=cfg.max_steps)
+    except ValueError as exc:  # what every rank would raise after the launcher started them
+        raise MixtureError(f"{exc}: fewer ranks, a smaller batch or a larger mixture") from None
     return launch(cfg, mixture, out, processes, storage_options, callback)
 
 

@@ -59,14 +59,14 @@ def cmd_evalset_check(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded defaults: the whole pipeline on the bundled sample, on a temporary
     Prefect API, a local Ray, the CPU vLLM with SmolLM2, MiniLM, DeepSpeed on CPU, MLflow in SQLite."""
-    from dualview_core.config import PipelineConfig
+    from dualview_core.profiles import resolve
     from flows.commands import stderr_filter
     from flows.pipeline import pipeline
 
     stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
     start = time.perf_counter()
-    config = PipelineConfig()
-    result = pipeline(config)
+    config = resolve("cpu")
+    result = pipeline(profile="cpu")
     minutes = (time.perf_counter() - start) / 60
     # the flow has printed the p-MRR / Score table (it is in the flow run's logs too)
     print(f"\ndone in {minutes:.1f} min; MLflow run {result['mlflow_run_id']} in experiment '{config.name}'")

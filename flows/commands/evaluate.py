@@ -19,7 +19,7 @@ from dualview_core.config import EvaluationConfig
 from dualview_core.metrics import MAP_1000, NDCG_5, NDCG_10, SCALE
 from dualview_core.model_folder import POOLING_MODES
 from dualview_core.sources import SourceError
-from flows.commands import EXIT_OK, add_endpoint_flag, print_json, storage_options
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
 
 DEFAULTS = EvaluationConfig()
 
@@ -60,6 +60,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise SourceError(f"{args.model}: no such model folder (a Hugging Face or sentence-transformers folder, or 'minilm')")
     cfg = _config(args, batch_size=args.batch_size, max_length=args.max_length, top_k=args.top_k,
                   search=args.search, query_template=args.query_template, pooling=args.pooling)
+    if args.mlflow_experiment:  # a server that refuses our credentials: say so before the evaluation, not after
+        import mlflow
+
+        from tasks.tracking import TrackingAccessError, check_tracking_access
+
+        try:
+            check_tracking_access(mlflow.get_tracking_uri())
+        except TrackingAccessError as exc:
+            print(f"dualview: error: {exc}", file=sys.stderr)
+            return EXIT_UNUSABLE
     start = time.perf_counter()
     report = evaluate_task(args.model, args.eval_set, cfg, args.out, args.benchmark, storage_options(args))
     if args.mlflow_experiment:

@@ -6,21 +6,22 @@ import argparse
 import sys
 
 from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
+from dualview_core.profiles import resolve
 from dualview_core.ray_job import read_spec
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
 
 
 def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
-    base = SynthesisConfig.production() if args.production else SynthesisConfig()
-    update: dict = {"engine": args.engine, "per_negative": args.per_negative, "geometry_filter": args.geometry_filter,
-                    "limit": args.limit, "ray_address": args.ray_address}
-    if args.verify:
-        update["verify"] = True
-    if args.shard_rows:
-        update["shard_rows"] = args.shard_rows
-    if args.model and args.engine == "vllm":
+    """The profile's synthesis (--profile, default cpu) with the flags given on top. The CLI is its own
+    Ray driver: a profile's Ray Job address is dropped (join a cluster with --ray-address)."""
+    base = resolve(args.profile).synthesis.model_copy(update={"ray_job": None})
+    given = {"engine": args.engine, "per_negative": args.per_negative, "geometry_filter": args.geometry_filter,
+             "limit": args.limit, "ray_address": args.ray_address, "verify": args.verify, "shard_rows": args.shard_rows}
+    update: dict = {k: v for k, v in given.items() if v is not None}
+    engine = update.get("engine", base.engine)
+    if args.model and engine == "vllm":
         update["vllm"] = base.vllm.model_copy(update={"model": args.model})
-    if args.engine == "openai":
+    if engine == "openai":
         urls = args.base_url or []  # one: base_url; several: base_urls, rows spread over them
         fields = {k: v for k, v in {"model": args.model, "concurrency": args.concurrency, "actors": args.actors}.items() if v}
         fields |= {"base_url": urls[0], "base_urls": ()} if len(urls) == 1 else {"base_urls": tuple(urls)} if urls else {}
@@ -58,7 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output folder (local or s3://); re-runs only do what is missing")
     p.add_argument("--spec", help="the whole run as JSON (seeds, out, options, config) instead of the flags below: "
                    "what a synthesis submitted as a Ray Job runs (dualview_core/ray_job.py)")
-    p.add_argument("--engine", choices=["vllm", "openai"], default="vllm")
+    p.add_argument("--profile", default="cpu", help="profiles/<name>.yaml to start from (cpu, cluster); the flags "
+                   "below override it")
+    p.add_argument("--engine", choices=["vllm", "openai"], help="default: the profile's (vllm)")
     p.add_argument("--base-url", action="append",
                    help="openai engine: endpoint root ending in /v1; repeat it to spread rows over several endpoints")
     p.add_argument("--model", help="vllm: model id or folder ('smollm2' = packaged); openai: served model name")
@@ -66,10 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--actors", type=int, help="openai engine: client actors, each with --concurrency in flight")
     p.add_argument("--limit", type=int, help="only the first N eligible seeds")
     p.add_argument("--shard-rows", type=int, help="rows per published output shard")
-    p.add_argument("--per-negative", action="store_true", help="one reversed view per instruction negative")
-    p.add_argument("--geometry-filter", action="store_true", help="keep only rows the frozen encoder agrees with")
-    p.add_argument("--verify", action="store_true", help="a second call per accepted row to confirm the reversal")
-    p.add_argument("--production", action="store_true", help="start from the 80B GPU profile instead of the CPU one")
+    p.add_argument("--per-negative", action="store_true", default=None, help="one reversed view per instruction negative")
+    p.add_argument("--geometry-filter", action="store_true", default=None,
+                   help="keep only rows the frozen encoder agrees with")
+    p.add_argument("--verify", action="store_true", default=None, help="a second call per accepted row to confirm the reversal")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     add_endpoint_flag(p)
     p.set_defaults(func=cmd_synthesize)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 
 from dualview_core.config import MixtureConfig, TrainingConfig
+from dualview_core.profiles import merge, resolve
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
 
 # flag dest -> config field, for the fields whose flag name differs from the field name
@@ -39,9 +40,17 @@ def _help(model: type, name: str) -> str:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainingConfig:
+    """TrainingConfig's defaults, or with --profile that profile's training; the flags given on top."""
     mixture = {field: getattr(args, dest) for dest, field in MIXTURE_FLAGS.items() if getattr(args, dest) is not None}
     training = {name: getattr(args, name) for name in TRAINING_FLAGS if getattr(args, name) is not None}
-    return TrainingConfig(mixture=MixtureConfig(**mixture), **training)
+    if args.epochs is not None:  # a budget in epochs: no step limit, whatever the profile's
+        training["max_steps"] = None
+    base = resolve(args.profile).training.model_dump() if args.profile else {}
+    return TrainingConfig.model_validate(merge(base, {**training, "mixture": mixture}))
+
+
+def processes_from_args(args: argparse.Namespace) -> int:
+    return args.processes or (resolve(args.profile).train_processes if args.profile else 1)
 
 
 def _one_line(exc: Exception) -> str:
@@ -108,7 +117,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
         with stdout_to_stderr():
-            result = run(cfg, args.seeds, args.dual_views, args.out, processes=args.processes,
+            result = run(cfg, args.seeds, args.dual_views, args.out, processes=processes_from_args(args),
                          storage_options=storage_options(args), callback=progress_printer(),
                          mixture_cache=args.mixture_cache)
     except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch, MemoryShortfall) as exc:
@@ -130,8 +139,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mixture-cache", help="folder of built mixtures (default: .cache/mixtures in the project). "
                    "A mixture is built there once, memory-mapped by every rank, and reused while the inputs "
                    "and the mixture flags are unchanged; delete a folder to free its disk")
-    p.add_argument("--processes", type=int, default=1,
-                   help="ranks: 1 runs in this process, more run under the deepspeed launcher")
+    p.add_argument("--profile", help="start from profiles/<name>.yaml's training and processes (cpu, cluster) "
+                   "instead of the config defaults; the flags below override it")
+    p.add_argument("--processes", type=int,
+                   help="ranks: 1 runs in this process, more run under the deepspeed launcher (default 1, or the profile's)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--max-steps", type=int, help=_help(TrainingConfig, "max_steps"))
     budget.add_argument("--epochs", type=float, help=_help(TrainingConfig, "epochs"))

@@ -159,7 +159,7 @@ def story(services, vllm_server):
         "name": "it-pipeline", "seeds": seeds, "workdir": f"s3://{bucket}/runs", "synthesis": synthesis,
         "training": {"mixture": {"name": "ins-orig", "size": 4}, "max_length": 64, "batch_size": 4, "max_steps": 2, "eval_every": 0},
         "evaluation": {"max_length": 64, "bootstrap_resamples": 200},
-        "tracking_uri": services["mlflow"], "artifact_location": None,
+        "tracking_uri": services["mlflow"], "set_none": ["artifact_location"],  # the server's own root
     }
     first = run_deployment(env, "pipeline/pipeline", {"config": config})
     assert first["state"] == "COMPLETED", first
@@ -272,20 +272,54 @@ with get_client(sync_client=True) as c:
 """)
 
 
-def test_pipeline_custom_run_form_shows_the_typed_config(services, browser, tmp_path):
-    """Deployments → pipeline → Run → Custom run: the PipelineConfig form, field by field."""
-    ui = services["env"]["PREFECT_API_URL"].removesuffix("/api")
+def test_pipeline_custom_run_form_sends_only_what_was_filled(services, browser, tmp_path):
+    """Deployments → pipeline → Run → Custom run: the profile, then the typed config with every field
+    empty (the profile's). Filling only the seeds path and submitting makes a run whose parameters
+    resolve to the profile with those seeds, on the cpu profile and on the cluster's alike."""
+    from dualview_core.profiles import PipelineOverrides, explicit, resolve
+
+    env = services["env"]
+    ui = env["PREFECT_API_URL"].removesuffix("/api")
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
-    page.goto(f"{ui}/deployments/deployment/{_deployment_id(services['env'], 'pipeline/pipeline')}/run")
+    page.goto(f"{ui}/deployments/deployment/{_deployment_id(env, 'pipeline/pipeline')}/run")
     page.get_by_text("Seeds (Optional)", exact=True).wait_for(timeout=60_000)
-    page.screenshot(path=str(tmp_path / "prefect-custom-run.png"), full_page=True)
     labels = set(page.inner_text("body").splitlines())
-    assert {"Parameters", "Seeds (Optional)", "Path", "Synthesis (Optional)", "Engine (Optional)",
+    assert {"Parameters", "profile (Optional)", "cpu", "Seeds (Optional)", "Path (Optional)", "Synthesis (Optional)",
             "Training (Optional)", "Mixture (Optional)", "Tracking Uri (Optional)"} <= labels, sorted(labels)[:80]
-    values = page.eval_on_selector_all("input, textarea", "els => els.map(e => e.value)")
-    assert any(v.endswith("seeds.jsonl") for v in values), values  # the seeds path, editable in place
-    assert page.get_by_text("vllm", exact=True).first.is_visible()  # the engine's current choice
-    page.close()
+    assert not any(str(REPO) in v for v in page.eval_on_selector_all("input, textarea", "els => els.map(e => e.value)"))
+    seeds = page.get_by_text("Seeds (Optional)", exact=True).locator(
+        "xpath=ancestor::div[.//text()[normalize-space()='Path (Optional)']][1]")
+    seeds.get_by_role("button", name="str", exact=True).first.click()
+    seeds.locator("input[type=text], textarea").first.fill("s3://team/seeds/")
+    page.screenshot(path=str(tmp_path / "prefect-custom-run.png"), full_page=True)
+    pool = [str(BIN / "prefect"), "work-pool"]
+    subprocess.run([*pool, "pause", "dualview-process"], env=env, cwd=REPO, check=True, capture_output=True)
+    runs = """
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as c:
+    runs = c.read_flow_runs()
+"""
+    try:
+        before = json.loads(_api(env, runs + "print(json.dumps([str(r.id) for r in runs]))"))
+        page.get_by_role("button", name="Submit").click()
+        sent = json.loads(_api(env, runs.replace("    runs = c.read_flow_runs()", f"""
+    import time
+    deadline = time.monotonic() + 60
+    while not (new := [r for r in c.read_flow_runs() if str(r.id) not in {before!r}]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    [run] = new
+    c.delete_flow_run(run.id)
+""") + "print(json.dumps(run.parameters))"))
+    finally:
+        subprocess.run([*pool, "resume", "dualview-process"], env=env, cwd=REPO, check=True, capture_output=True)
+        page.close()
+    assert sent["profile"] == "cpu" and sent["config"]["synthesis"]["ray_job"] is None  # the form sends every field
+    given = explicit(PipelineOverrides.model_validate(sent["config"]))
+    assert given == {"seeds": {"path": "s3://team/seeds/"}}
+    for profile in ("cpu", "cluster"):
+        got = resolve(profile, given)
+        assert got.seeds.path == "s3://team/seeds/"
+        assert got.model_copy(update={"seeds": resolve(profile).seeds}) == resolve(profile)
 
 
 UI_HEADLINE = ("trained/p-MRR", "trained/score")

@@ -80,3 +80,17 @@ def test_the_packaged_model_shape_is_read_from_its_files():
     assert (shape.layers, shape.hidden, shape.heads, shape.intermediate) == (6, 384, 12, 1536)
     assert shape.params == 22_713_728  # MiniLM-L6's safetensors header, weights never read
     assert preflight.model_shape("some-org/not-a-local-folder") is None  # a hub id: nothing to estimate from
+
+
+def test_a_mixture_too_small_for_the_ranks_is_refused_before_the_launcher_starts(tmp_path, capsys, monkeypatch):
+    import tasks.train_worker
+
+    def launched(*args, **kwargs):
+        raise Reached("the launcher was started")
+
+    monkeypatch.setattr(tasks.train_worker, "launch", launched)
+    code, stdout, err = train(capsys, tmp_path / "never", "--size", "4", "--batch-size", "4", "--processes", "2",
+                              "--max-length", "64", "--mixture-cache", str(tmp_path / "cache"))
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
+    assert err.strip() == ("dualview: error: 4 rows do not fill one global batch of 4 x 2 ranks: fewer ranks, "
+                           "a smaller batch or a larger mixture")

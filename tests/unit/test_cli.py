@@ -75,3 +75,44 @@ def test_a_ray_client_address_with_local_paths_is_refused_before_anything_starts
     assert code == 2 and summary is None
     assert err.strip().count("\n") == 0 and str(seeds) in err and "s3://" in err
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def _synthesis(*argv: str):
+    from flows.cli import build_parser
+    from flows.commands.synthesize import config_from_args
+
+    return config_from_args(build_parser().parse_args(["synthesize", "--seeds", "s", "--out", "o", *argv]))
+
+
+def test_synthesize_starts_from_the_profile_and_flags_override_it():
+    cpu, cluster = _synthesis(), _synthesis("--profile", "cluster")
+    assert cpu.vllm.cpu and cpu.vllm.model == "smollm2"
+    assert not cluster.vllm.cpu and cluster.vllm.tensor_parallel_size == 4
+    assert cluster.ray_job is None  # the CLI is its own driver; --ray-address joins a cluster
+    mine = _synthesis("--profile", "cluster", "--model", "Qwen/Qwen3-32B", "--limit", "10")
+    assert mine.vllm.model == "Qwen/Qwen3-32B" and mine.limit == 10 and mine.vllm.tensor_parallel_size == 4
+    assert _synthesis("--profile", "cluster", "--engine", "openai", "--model", "served").openai.model == "served"
+
+
+def test_train_profile_gives_training_and_ranks_and_flags_override_it():
+    from flows.cli import build_parser
+    from flows.commands.train import config_from_args, processes_from_args
+
+    def parse(*argv):
+        args = build_parser().parse_args(["train", "--mixture", "ins-dv", "--seeds", "s", "--out", "o", *argv])
+        return config_from_args(args), processes_from_args(args)
+
+    plain, ranks = parse()
+    assert plain.model == "minilm" and plain.max_length == 512 and ranks == 1
+    cluster, ranks = parse("--profile", "cluster", "--max-steps", "5")
+    assert cluster.model == "BAAI/bge-m3" and cluster.zero_stage == 2 and ranks == 4
+    assert cluster.max_steps == 5 and cluster.mixture.name == "ins-dv"
+    assert parse("--profile", "cluster", "--processes", "2")[1] == 2
+    by_epochs, _ = parse("--profile", "cpu", "--epochs", "2")  # the cpu profile's 12-step limit yields to epochs
+    assert by_epochs.max_steps is None and by_epochs.epochs == 2 and by_epochs.max_length == 128
+
+
+def test_an_unknown_profile_exits_2_with_one_line(tmp_path, capsys):
+    code, summary, err = run(capsys, "synthesize", "--seeds", "s", "--out", str(tmp_path / "o"), "--profile", "laptop")
+    assert code == 2 and summary is None
+    assert err.strip() == "dualview: error: unknown profile 'laptop'; the profiles are cluster, cpu (profiles/*.yaml)"

@@ -128,3 +128,14 @@ def test_evaluate_on_the_sample_prints_intervals_and_score_reproduces_it(capsys,
 def test_evaluate_missing_model_exits_2(capsys, tmp_path):
     code, _, err = cli(capsys, "evaluate", "--model", tmp_path / "nope", "--eval-set", followir_path())
     assert code == 2 and "no such model folder" in err
+
+
+def test_an_mlflow_server_that_cannot_be_reached_is_one_line_before_the_evaluation(capsys, monkeypatch):
+    from dualview_core import samples
+    from flows.cli import main
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
+    code = main(["evaluate", "--model", "minilm", "--eval-set", samples.followir_path(), "--mlflow-experiment", "x"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("dualview: error: cannot reach MLflow at http://127.0.0.1:1: ")

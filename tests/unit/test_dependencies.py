@@ -16,7 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dualview_core", "tasks", "flows")
-FIRST_PARTY = {*PACKAGES, "prompts"}
+# the project's own top-level packages: what pyproject's setuptools section ships
+FIRST_PARTY = {name.rstrip("*") for name in
+               tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]}
 # imported only where a user asks for it, behind an ImportError with an install hint
 OPTIONAL = {"faiss": "dualview_core/retrieval.py: search='faiss' (pip install faiss-cpu)"}
 

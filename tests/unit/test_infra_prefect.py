@@ -182,14 +182,16 @@ def test_the_databases_the_services_name_are_created():
 
 
 def test_the_pipeline_parameters_on_the_cluster():
-    p = cluster.pipeline_config(CFG, "s3://b/seeds/", "s3://b/followir/", "s3://b/runs")
-    assert p.synthesis.ray_address == cluster.ray_address(CFG) and p.synthesis.vllm == CFG.synthesis.vllm
+    client = CFG.model_copy(update={"ray_mode": "client"})
+    p = cluster.pipeline_config(client, "s3://b/seeds/", "s3://b/followir/", "s3://b/runs")
+    assert p.synthesis.ray_address == cluster.ray_address(client) and p.synthesis.vllm == CFG.synthesis.vllm
     assert p.train_processes == cluster.job_variables(CFG)["pipeline"]["gpus"] == CFG.trainer_gpus
     assert p.training == CFG.training and p.tracking_uri == cluster.mlflow_tracking_uri(CFG)
-    assert p.artifact_location.startswith("mlflow-artifacts:")
+    assert p.artifact_location is None and p.evaluation.max_length == 512  # the server's root: auth needs it
     assert p.synthesis.ray_job is None
-    job = cluster.pipeline_config(CFG.model_copy(update={"ray_mode": "job"}), "s", "e", "w").synthesis
-    assert job.ray_job.address == cluster.ray_address(CFG.model_copy(update={"ray_mode": "job"})) and job.ray_address is None
+    assert CFG.ray_mode == "job"  # the default: the driver runs on the Ray head
+    job = cluster.pipeline_config(CFG, "s", "e", "w").synthesis
+    assert job.ray_job.address == cluster.ray_address(CFG) and job.ray_address is None
     assert job.model_copy(update={"ray_job": None}) == CFG.synthesis  # the same synthesis, submitted instead of driven
 
 

@@ -80,9 +80,9 @@ def test_the_runbook_quotes_what_the_code_computes():
 
 
 def test_a_vllm_setting_that_cannot_fill_its_engine_is_refused():
-    from dualview_core.config import SynthesisConfig, VLLMEngineConfig
+    from dualview_core.config import VLLMEngineConfig
 
-    for v in (VLLMEngineConfig(), SynthesisConfig.production().vllm):  # both profiles fill their engines exactly
+    for v in (VLLMEngineConfig(), CFG.synthesis.vllm):  # both profiles fill their engines exactly
         assert v.batch_size * v.max_concurrent_batches == v.max_num_seqs
     with pytest.raises(ValueError, match="raise max_concurrent_batches to 8"):
         VLLMEngineConfig(batch_size=2, max_concurrent_batches=4, max_num_seqs=16)
