@@ -69,8 +69,13 @@ def services(tmp_path_factory):
         _wait_prefect_ready(env)
         subprocess.run([str(BIN / "prefect"), "work-pool", "create", "dualview-process", "--type", "process"],
                        env=env, cwd=REPO, check=True, capture_output=True)
-        deploy = subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--name", "pipeline", "--name", "watch-seeds"],
-                                env=env, cwd=REPO, capture_output=True, text=True)
+        # the Kubernetes pool with the cluster's base job template: pipeline-k8s's form is the user's
+        # way to the paper's job (no worker serves this pool here: its runs stay scheduled)
+        subprocess.run([str(BIN / "prefect"), "work-pool", "create", "dualview-k8s", "--type", "kubernetes",
+                        "--base-job-template", str(REPO / "infra" / "prefect" / "k8s-work-pool.json")],
+                       env=env, cwd=REPO, check=True, capture_output=True)
+        deploy = subprocess.run([str(BIN / "prefect"), "--no-prompt", "deploy", "--name", "pipeline", "--name", "watch-seeds",
+                                 "--name", "pipeline-k8s"], env=env, cwd=REPO, capture_output=True, text=True)
         assert deploy.returncode == 0, deploy.stdout + deploy.stderr
         _pause_schedules(env, "watch-seeds/watch-seeds")  # no scheduled run may interleave with the test's
         procs.append(start([str(BIN / "prefect"), "worker", "start", "--pool", "dualview-process", "--limit", "1"],
@@ -272,19 +277,19 @@ with get_client(sync_client=True) as c:
 """)
 
 
-def test_pipeline_custom_run_form_sends_only_what_was_filled(services, browser, tmp_path):
-    """Deployments → pipeline → Run → Custom run: the profile, then the typed config with every field
-    empty (the profile's). Filling only the seeds path and submitting makes a run whose parameters
-    resolve to the profile with those seeds, on the cpu profile and on the cluster's alike."""
+def test_the_kubernetes_custom_run_form_needs_only_the_seeds_path(services, browser, tmp_path):
+    """Deployments → pipeline-k8s → Run → Custom run: the profile (cluster), then the typed config with
+    every field empty (the profile's). Filling only the seeds path and submitting makes a run whose
+    parameters resolve to the cluster profile with those seeds: the paper's job on the user's data."""
     from dualview_core.profiles import PipelineOverrides, explicit, resolve
 
     env = services["env"]
     ui = env["PREFECT_API_URL"].removesuffix("/api")
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
-    page.goto(f"{ui}/deployments/deployment/{_deployment_id(env, 'pipeline/pipeline')}/run")
+    page.goto(f"{ui}/deployments/deployment/{_deployment_id(env, 'pipeline/pipeline-k8s')}/run")
     page.get_by_text("Seeds (Optional)", exact=True).wait_for(timeout=60_000)
     labels = set(page.inner_text("body").splitlines())
-    assert {"Parameters", "profile (Optional)", "cpu", "Seeds (Optional)", "Path (Optional)", "Synthesis (Optional)",
+    assert {"Parameters", "profile (Optional)", "cluster", "Seeds (Optional)", "Path (Optional)", "Synthesis (Optional)",
             "Training (Optional)", "Mixture (Optional)", "Tracking Uri (Optional)"} <= labels, sorted(labels)[:80]
     assert not any(str(REPO) in v for v in page.eval_on_selector_all("input, textarea", "els => els.map(e => e.value)"))
     seeds = page.get_by_text("Seeds (Optional)", exact=True).locator(
@@ -292,34 +297,32 @@ def test_pipeline_custom_run_form_sends_only_what_was_filled(services, browser, 
     seeds.get_by_role("button", name="str", exact=True).first.click()
     seeds.locator("input[type=text], textarea").first.fill("s3://team/seeds/")
     page.screenshot(path=str(tmp_path / "prefect-custom-run.png"), full_page=True)
-    pool = [str(BIN / "prefect"), "work-pool"]
-    subprocess.run([*pool, "pause", "dualview-process"], env=env, cwd=REPO, check=True, capture_output=True)
     runs = """
+import json, time
 from prefect.client.orchestration import get_client
 with get_client(sync_client=True) as c:
-    runs = c.read_flow_runs()
+    deployment = c.read_deployment_by_name("pipeline/pipeline-k8s")
+    runs = [r for r in c.read_flow_runs() if r.deployment_id == deployment.id]
 """
-    try:
-        before = json.loads(_api(env, runs + "print(json.dumps([str(r.id) for r in runs]))"))
-        page.get_by_role("button", name="Submit").click()
-        sent = json.loads(_api(env, runs.replace("    runs = c.read_flow_runs()", f"""
-    import time
+    before = json.loads(_api(env, runs + "print(json.dumps([str(r.id) for r in runs]))"))
+    page.get_by_role("button", name="Submit").click()
+    sent = json.loads(_api(env, runs + f"""
     deadline = time.monotonic() + 60
-    while not (new := [r for r in c.read_flow_runs() if str(r.id) not in {before!r}]) and time.monotonic() < deadline:
+    while not (new := [r for r in c.read_flow_runs() if r.deployment_id == deployment.id and str(r.id) not in {before!r}]):
+        assert time.monotonic() < deadline, "the form made no flow run"
         time.sleep(0.5)
     [run] = new
-    c.delete_flow_run(run.id)
-""") + "print(json.dumps(run.parameters))"))
-    finally:
-        subprocess.run([*pool, "resume", "dualview-process"], env=env, cwd=REPO, check=True, capture_output=True)
-        page.close()
-    assert sent["profile"] == "cpu" and sent["config"]["synthesis"]["ray_job"] is None  # the form sends every field
+    c.delete_flow_run(run.id)  # nothing serves the Kubernetes pool here: it would stay scheduled
+print(json.dumps(run.parameters))
+"""))
+    page.close()
+    assert sent["profile"] == "cluster" and sent["config"]["synthesis"]["ray_job"] is None  # the form sends every field
     given = explicit(PipelineOverrides.model_validate(sent["config"]))
     assert given == {"seeds": {"path": "s3://team/seeds/"}}
-    for profile in ("cpu", "cluster"):
-        got = resolve(profile, given)
-        assert got.seeds.path == "s3://team/seeds/"
-        assert got.model_copy(update={"seeds": resolve(profile).seeds}) == resolve(profile)
+    got = resolve(sent["profile"], given)
+    assert got.seeds.path == "s3://team/seeds/"
+    assert got.model_copy(update={"seeds": resolve("cluster").seeds}) == resolve("cluster")
+    assert got.synthesis.ray_job is not None and got.synthesis.vllm.model == "Qwen/Qwen3-Next-80B-A3B-Instruct"
 
 
 UI_HEADLINE = ("trained/p-MRR", "trained/score")
