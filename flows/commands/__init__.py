@@ -33,7 +33,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 # Variables naming a folder a tool writes into: created (with parents) before any tool starts, since
 # some create only the last level (Prefect's PREFECT_HOME) and fail on a fresh clone without .cache/.
-FOLDER_VARIABLES = ("HF_HOME", "TORCH_EXTENSIONS_DIR", "PREFECT_HOME", "MPLCONFIGDIR", "VLLM_CACHE_ROOT",
+FOLDER_VARIABLES = ("HF_HOME", "TORCH_EXTENSIONS_DIR", "PREFECT_HOME", "MPLCONFIGDIR", "VLLM_CACHE_ROOT", "RUSTUP_HOME",
                     "VLLM_CONFIG_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 
 
@@ -50,6 +50,9 @@ def project_env() -> dict[str, str]:
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
         "TRITON_CACHE_DIR": str(cache / "triton"),
+        # rustup's proxies (where a Rust toolchain is on PATH) write ~/.rustup when a build probes for
+        # cargo: DeepSpeed's sdist does, when pip reads its metadata (tests/integration/test_image_pins.py)
+        "RUSTUP_HOME": str(cache / "rustup"),
         # what else follows the XDG layout (~/.cache, ~/.config, ~/.local/share) stays here too
         "XDG_CACHE_HOME": str(cache / "xdg" / "cache"),
         "XDG_CONFIG_HOME": str(cache / "xdg" / "config"),
