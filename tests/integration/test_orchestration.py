@@ -118,15 +118,17 @@ print("ok")
 """)
 
 
-def run_deployment(env: dict, name: str, parameters: dict) -> dict:
-    """Trigger a deployment with custom parameters and wait for it; return its final state and logs."""
+def run_deployment(env: dict, name: str, parameters: dict, job_variables: dict | None = None) -> dict:
+    """Trigger a deployment with custom parameters (and job variables) as the UI's custom run does and
+    wait for it: its final state, its logs, and the seconds from its start to its end."""
     return json.loads(_api(env, f"""
 import json, time
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.deployments import run_deployment
 from prefect.client.schemas.sorting import LogSort
-run = run_deployment({name!r}, parameters=json.loads({json.dumps(parameters)!r}), timeout=1500, poll_interval=3)
+run = run_deployment({name!r}, parameters=json.loads({json.dumps(parameters)!r}),
+                     job_variables=json.loads({json.dumps(job_variables or {})!r}), timeout=2400, poll_interval=3)
 # the flow-run process ships its logs in the background: its state can be final before its last lines
 # are stored, so wait for the run's closing line
 deadline = time.monotonic() + 120
@@ -140,7 +142,10 @@ with get_client(sync_client=True) as c:
         if any(l.task_run_id is None and l.message.startswith("Finished in state") for l in logs) or time.monotonic() > deadline:
             break
         time.sleep(1)
-print(json.dumps({{"state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs]}}))
+    run = c.read_flow_run(run.id)
+took = (run.end_time - run.start_time).total_seconds() if run.start_time and run.end_time else None
+print(json.dumps({{"state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs],
+                  "seconds": took}}))
 """))
 
 

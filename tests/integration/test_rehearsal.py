@@ -16,8 +16,8 @@ MLflow password fails fast, before any synthesis, with one clear line, and no se
 
 from __future__ import annotations
 
-import json
 import os
+import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,7 @@ from dualview_core.profiles import resolve
 from tests.integration.conftest import THROWAWAY_AWS, free_port
 from tests.integration.mlflow_auth import MlflowAuthServer, mlflow_auth_server
 from tests.integration.ray_cluster import LocalCluster, start_cluster
-from tests.integration.test_orchestration import BIN, REPO, _api, _wait_prefect_ready, start, stop
+from tests.integration.test_orchestration import BIN, REPO, _wait_prefect_ready, run_deployment, start, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ENGINE_ACTOR = "MapWorker"  # Ray Data's actor class for a map_batches stage's actor pool
@@ -80,39 +80,8 @@ def topology(s3_server, tmp_path_factory):
             cluster.stop()
 
 
-def _run(env: dict, *cmd: str):
-    import subprocess
-
+def _run(env: dict, *cmd: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / cmd[0]), *cmd[1:]], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-def run_deployment(env: dict, name: str, parameters: dict, job_variables: dict | None = None) -> dict:
-    """Trigger a deployment as the UI's custom run does and wait for it: its final state, its logs,
-    and how long it took from start to end."""
-    return json.loads(_api(env, f"""
-import json, time
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-from prefect.client.schemas.sorting import LogSort
-from prefect.deployments import run_deployment
-run = run_deployment({name!r}, parameters=json.loads({json.dumps(parameters)!r}),
-                     job_variables=json.loads({json.dumps(job_variables or {})!r}), timeout=2400, poll_interval=3)
-deadline = time.monotonic() + 120  # logs are shipped in the background: wait for the closing line
-with get_client(sync_client=True) as c:
-    while True:
-        logs, page = [], None
-        while page is None or len(page) == 200:
-            page = c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])), limit=200,
-                               offset=len(logs), sort=LogSort.TIMESTAMP_ASC)
-            logs += page
-        if any(l.task_run_id is None and l.message.startswith("Finished in state") for l in logs) or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    run = c.read_flow_run(run.id)
-took = (run.end_time - run.start_time).total_seconds() if run.start_time and run.end_time else None
-print(json.dumps({{"state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs],
-                  "seconds": took, "result": None}}))
-"""))
 
 
 def overrides(t: Topology, bucket: str) -> dict:

@@ -134,7 +134,8 @@ def test_an_mlflow_server_that_cannot_be_reached_is_one_line_before_the_evaluati
     from dualview_core import samples
     from flows.cli import main
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
+    # where `--mlflow-experiment` logs (the environment's URI, or one an earlier caller in this process set)
+    monkeypatch.setattr("mlflow.get_tracking_uri", lambda: "http://127.0.0.1:1")
     code = main(["evaluate", "--model", "minilm", "--eval-set", samples.followir_path(), "--mlflow-experiment", "x"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
