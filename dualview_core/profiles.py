@@ -8,8 +8,8 @@ optional with None meaning "not given, the profile's". Prefect's custom-run form
 of a parameter with its schema default and sends them all, so with the config models themselves a
 form opened on the cluster profile would send the laptop's defaults back over it. With overrides
 models the form starts empty, a user who fills only `seeds.path` changes the seeds and nothing else,
-and no path of the deploying machine appears in it. The price: None cannot be given over a profile's
-value (choose a profile whose value is None).
+and no path of the deploying machine appears in it. Since an empty field means "the profile's", a
+None over a profile's value is said by naming the field in the root model's `set_none`.
 
     >>> resolve("cluster", {"seeds": {"path": "s3://b/mine/"}}).seeds.path
     's3://b/mine/'
