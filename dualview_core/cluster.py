@@ -78,8 +78,9 @@ MLFLOW_ARTIFACTS = None
 def pipeline_config(cfg: ClusterConfig, seeds: str, eval_set: str, workdir: str) -> PipelineConfig:
     """The `pipeline` flow's parameters on the cluster: the cluster's synthesis (joined over
     `ray_address` in client mode, submitted to it as a Ray Job in job mode) and training profiles, one
-    DeepSpeed rank per trainer GPU, the MLflow server, and artifacts through it (`MLFLOW_ARTIFACTS`). Evaluation at the full 512 tokens. profiles/cluster.yaml holds the same
-    values for the default ClusterConfig (tests/unit/test_profiles.py)."""
+    DeepSpeed rank per trainer GPU, the MLflow server, and artifacts through it (`MLFLOW_ARTIFACTS`).
+    Evaluation at the full 512 tokens. profiles/cluster.yaml holds the same values for the default
+    ClusterConfig (tests/unit/test_profiles.py)."""
     reach = ({"ray_address": ray_address(cfg)} if cfg.ray_mode == "client"
              else {"ray_job": RayJobConfig(address=ray_address(cfg)), "ray_address": None})
     synthesis = cfg.synthesis.model_copy(update=reach)
