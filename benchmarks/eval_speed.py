@@ -50,8 +50,13 @@ def bench_encode(n_texts: int, batch_size: int, repeats: int) -> list[tuple[str,
     texts = sample_texts(n_texts)
     st = SentenceTransformer(resolve_model("minilm"), device="cpu")
     ours = Encoder("minilm", max_length=st.max_seq_length)
-    run_ours = lambda: ours.encode(texts, batch_size=batch_size)
-    run_st = lambda: st.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+
+    def run_ours():
+        return ours.encode(texts, batch_size=batch_size)
+
+    def run_st():
+        return st.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+
     for fn in (run_ours, run_st):  # warm-up: thread pools, allocator, first-batch kernels
         fn()
     t_ours, t_st = float("inf"), float("inf")

@@ -1,6 +1,6 @@
 """Max abs difference between `dualview evaluate`'s og-run scores and SentenceTransformer cosines.
 
-Folders are saved by sentence-transformers itself from the packaged MiniLM (tests/st_folders.py);
+Folders are saved by sentence-transformers itself from the packaged MiniLM (tests/helpers/st_folders.py);
 the eval set is the bundled FollowIR sample. Usage: python benchmarks/st_parity.py [VARIANT ...]
 """
 
@@ -16,14 +16,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dualview_core.encoder import query_text  # noqa: E402
-from dualview_core.evalsets import load_eval_set  # noqa: E402
-from dualview_core.retrieval import doc_text  # noqa: E402
-from dualview_core.samples import followir_path  # noqa: E402
-from dualview_core.trec import read_run  # noqa: E402
-from flows.cli import main  # noqa: E402
-from flows.commands import apply_project_env  # noqa: E402
-from tests.st_folders import VARIANTS, Folders  # noqa: E402
+from dualview_core.encoder import query_text
+from dualview_core.evalsets import load_eval_set
+from dualview_core.retrieval import doc_text
+from dualview_core.samples import followir_path
+from dualview_core.trec import read_run
+from flows.cli import main
+from flows.commands import apply_project_env
+from tests.helpers.st_folders import VARIANTS, Folders
 
 
 def worst_difference(folder: Path, out: Path) -> tuple[float, int]:

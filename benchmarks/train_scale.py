@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import seed_scale  # noqa: E402  (the benchmark next door: its row generator)
+import seed_scale
 
 RSS_TARGET_GB = 6.0
 FIRST_STEP_TARGET_S = {"built": 180.0, "reused": 30.0}  # the 1M-row targets, held at every size

@@ -55,47 +55,21 @@ SEED_ROW = pa.schema(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class SeedRow:
-    seed_key: str
-    query_id: str
-    query: str
-    instruction: str
-    has_instruction: bool
-    positives: tuple[Passage, ...]
-    negatives: tuple[Passage, ...]
-    instruction_negatives: tuple[Passage, ...]
-
-    @classmethod
-    def from_dict(cls, row: dict) -> SeedRow:
-        def passages(name: str) -> tuple[Passage, ...]:
-            return tuple(Passage(**p) for p in row[name])
-
-        return cls(
-            seed_key=row["seed_key"],
-            query_id=row["query_id"],
-            query=row["query"],
-            instruction=row["instruction"],
-            has_instruction=row["has_instruction"],
-            positives=passages("positives"),
-            negatives=passages("negatives"),
-            instruction_negatives=passages("instruction_negatives"),
-        )
-
-    def as_dict(self) -> dict:
-        return {
-            "seed_key": self.seed_key,
-            "query_id": self.query_id,
-            "query": self.query,
-            "instruction": self.instruction,
-            "has_instruction": self.has_instruction,
-            "positives": [p.as_dict() for p in self.positives],
-            "negatives": [p.as_dict() for p in self.negatives],
-            "instruction_negatives": [p.as_dict() for p in self.instruction_negatives],
-        }
-
-
 # --- synthesis ----------------------------------------------------------------------------------
+
+# What an engine returns per staged row (tasks/engines.py): `synthesis.EngineResult`'s fields, in order.
+ENGINE_RESULT = pa.schema(
+    [
+        pa.field("cache_key", pa.string(), nullable=False),
+        pa.field("raw_response", pa.string(), nullable=True),  # None when the engine failed for the row
+        pa.field("prompt_tokens", pa.int64(), nullable=True),
+        pa.field("completion_tokens", pa.int64(), nullable=True),
+        pa.field("latency_s", pa.float64(), nullable=True),
+        pa.field("attempts", pa.int64(), nullable=False),
+        pa.field("error", pa.string(), nullable=True),
+    ],
+    metadata={"contract": "EngineResult/1"},
+)
 
 SYNTHESIS_RECORD = pa.schema(
     [

@@ -14,6 +14,7 @@ import pyarrow as pa
 from dualview_core.config import ValidationConfig
 from dualview_core.contracts import QUARANTINE, SEED_ROW
 from dualview_core.io import TableWriter, quarantine_table
+from dualview_core.layout import output_options
 from dualview_core.seeds import SeedValidator, ValidationReport
 from dualview_core.sources import iter_raw
 
@@ -38,7 +39,7 @@ def stream_seeds(path: str, storage_options: dict | None = None, cfg: Validation
     raw = iter_raw(path, storage_options, validator.cfg.batch_rows)
 
     def batches() -> Iterator[pa.Table]:
-        options = storage_options if quarantine_options is None else quarantine_options
+        options = output_options(quarantine_options, storage_options)
         writer = TableWriter(quarantine_path, QUARANTINE, options) if quarantine_path else None
         try:
             for valid, rejected in validator.batches(raw):

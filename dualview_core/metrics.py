@@ -2,7 +2,7 @@
 
 Owns what each measure *is*: FollowIR's p-MRR, which documents count as "changed" (FollowIR's and
 InfoSearch's rules), the Score measures (computed by pytrec_eval, never by hand), InstructIR's
-robustness@10 and MAIR's size-weighted average, and the names metrics are logged under. It does not
+robustness@10, and the names metrics are logged under. It does not
 know about encoders, files, services or confidence intervals.
 
 p-MRR follows mteb's `calculate_pmrr` / `rank_score` (mteb/_evaluators/retrieval_metrics.py):
@@ -177,10 +177,3 @@ def robustness_at_10(ndcg10: Mapping[str, float], groups: Mapping[str, str]) -> 
         group = groups.get(query_id, query_id)
         out[group] = min(value, out.get(group, value))
     return out
-
-
-def weighted_mean(means_and_sizes: Iterable[tuple[float, int]]) -> float:
-    """MAIR: the mean of split means weighted by split size (= the mean over all their queries)."""
-    pairs = [(m, n) for m, n in means_and_sizes if n > 0]
-    total = sum(n for _, n in pairs)
-    return sum(m * n for m, n in pairs) / total if total else float("nan")

@@ -35,6 +35,9 @@ from dualview_core.keys import canonical_json, content_digest, digest
 from dualview_core.training_rows import Source, TrainingRow, corrupt, corrupted_key, from_dual_view, from_seed
 
 
+DUAL_VIEW_MIXTURES = ("ins-dv", "all-dv")  # the mixtures that train on dual views
+
+
 class MixtureError(ValueError):
     """The data cannot make the mixture asked for."""
 
@@ -227,10 +230,10 @@ def select(seeds: Sequence[RowRef], dual_views: Sequence[RowRef], cfg: MixtureCo
     default N depend on them, and runs compare only when both are the same.
     """
     pool = _pool(seeds, dual_views, cfg)
-    if cfg.name in ("ins-dv", "all-dv") and not pool.has_dual_views:
+    if cfg.name in DUAL_VIEW_MIXTURES and not pool.has_dual_views:
         raise MixtureError(f"mixture {cfg.name} needs dual-view rows that match the seeds; "
                            "none were given or none matched")
-    if cfg.corruption and cfg.name not in ("ins-dv", "all-dv"):
+    if cfg.corruption and cfg.name not in DUAL_VIEW_MIXTURES:
         raise MixtureError(f"corruption replaces dual-view instructions; mixture {cfg.name} has no dual views")
     n = cfg.size or default_size(pool)
     if n == 0:

@@ -28,7 +28,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 import profiles
-from dualview_core.config import EvaluationConfig, PipelineConfig, SeedSource, SweepConfig, SynthesisConfig, TrainingConfig
+from dualview_core.config import EvaluationConfig, PipelineConfig, DataSource, SweepConfig, SynthesisConfig, TrainingConfig
 
 DEFAULT = "cpu"
 ProfileError = profiles.ProfileError
@@ -168,7 +168,7 @@ SweepOverrides = overrides_model(SweepConfig)
 SynthesisOverrides = overrides_model(SynthesisConfig)
 TrainingOverrides = overrides_model(TrainingConfig)
 EvaluationOverrides = overrides_model(EvaluationConfig)
-SeedSourceOverrides = overrides_model(SeedSource, root=False)
+DataSourceOverrides = overrides_model(DataSource, root=False)
 
 
 def resolve(name: str | None, fields: dict | None = None) -> PipelineConfig:
@@ -187,14 +187,10 @@ def _set(**fields: Any) -> dict:
 # Each takes what the flow was given: overrides models, config models (their set fields) or None.
 
 
-def for_synthesis(profile: str | None, seeds: Any, out: str | None, config: Any) -> tuple[SeedSource, str, SynthesisConfig]:
+def for_synthesis(profile: str | None, seeds: Any, out: str | None, config: Any) -> tuple[DataSource, str, SynthesisConfig]:
     """`synthesize` and `watch-seeds`: the output defaults to the profile's `<workdir>/synthesis`."""
     p = resolve(profile, _set(seeds=seeds, synthesis=config))
-    return p.seeds, out or synthesis_dir(p), p.synthesis
-
-
-def synthesis_dir(p: PipelineConfig) -> str:
-    return f"{p.workdir.rstrip('/')}/synthesis"
+    return p.seeds, out or p.layout().synthesis, p.synthesis
 
 
 def for_training(profile: str | None, seeds: Any, config: Any, processes: int | None,

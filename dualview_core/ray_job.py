@@ -21,6 +21,7 @@ import shlex
 
 from dualview_core.config import SynthesisConfig, is_secret_name
 from dualview_core.keys import digest
+from dualview_core.layout import output_options
 from dualview_core.sources import is_remote
 
 SUCCEEDED, TERMINAL = "SUCCEEDED", frozenset({"SUCCEEDED", "FAILED", "STOPPED"})  # Ray's JobStatus values
@@ -56,7 +57,7 @@ def job_spec(seeds: str, seed_options: dict | None, out: str, out_options: dict 
             raise ValueError(f"ray_job: the {label} storage options carry credentials ({', '.join(secrets)}); a submitted "
                              "job is readable by everyone on the cluster: give the cluster's nodes those credentials instead")
     return {"seeds": _located(seeds), "seed_options": seed_options or {}, "out": _located(out),
-            "out_options": (seed_options or {}) if out_options is None else out_options,
+            "out_options": output_options(out_options, seed_options),
             "config": cfg.model_copy(update={"ray_job": None, "ray_address": None}).model_dump(mode="json")}
 
 

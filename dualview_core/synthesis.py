@@ -207,7 +207,7 @@ class CostSummary:
     def _timing(self) -> dict:
         if not self.arrivals:
             return {"first_answers_s": None, "steady_rows_per_s": None}
-        (first_t, first_n), (last_t, _) = self.arrivals[0], self.arrivals[-1]
+        (first_t, _), (last_t, _) = self.arrivals[0], self.arrivals[-1]
         after_first = sum(n for _, n in self.arrivals[1:])
         steady = after_first / (last_t - first_t) if last_t > first_t else None
         return {"first_answers_s": round(first_t, 3), "steady_rows_per_s": round(steady, 3) if steady else None}

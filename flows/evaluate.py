@@ -5,9 +5,8 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.profiles import EvaluationOverrides, Profile, SeedSourceOverrides, for_evaluation
-from tasks.lineage import evaluate_lineage
-from tasks.runs import flow_run_tracked
+from dualview_core.profiles import DataSourceOverrides, EvaluationOverrides, Profile, for_evaluation
+from tasks.runs import evaluate_lineage, flow_run_tracked
 from tasks.stages import evaluate_tracked
 from tasks.summary import comparison_table
 
@@ -16,7 +15,7 @@ from tasks.summary import comparison_table
 def evaluate(
     profile: Profile = "cpu",
     model: str | None = None,
-    eval_set: SeedSourceOverrides = SeedSourceOverrides(),
+    eval_set: DataSourceOverrides = DataSourceOverrides(),
     out: str | None = None,
     config: EvaluationOverrides = EvaluationOverrides(),
     experiment: str = "dualview-evaluate",
@@ -26,7 +25,7 @@ def evaluate(
     `out/<MLflow run id>` (default: the profile's `<workdir>/eval`)."""
     p = for_evaluation(profile, eval_set, config, tracking_uri)
     model = model or p.training.model
-    out = (out or f"{p.workdir.rstrip('/')}/eval").rstrip("/")
+    out = (out or p.layout().evaluations).rstrip("/")
     tags, params = evaluate_lineage(model, p.eval_set, p.evaluation)
     with flow_run_tracked(experiment, p.tracking_uri, p.artifact_location, flow_run.get_name() or "evaluate",
                           tags, params) as run:

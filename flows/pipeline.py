@@ -21,13 +21,13 @@ def pipeline(profile: Profile = "cpu", config: PipelineOverrides = PipelineOverr
     """`profile` (profiles/<name>.yaml) supplies every field `config` leaves empty; on the Kubernetes
     deployments (profile cluster), filling only `config.seeds.path` runs the paper's job on your seeds."""
     config = resolve(profile, explicit(config))
-    work, options = config.workdir.rstrip("/"), config.output_options()
+    layout, options = config.layout(), config.output_options()
     with pipeline_run(config, flow_run.get_name() or "pipeline") as run:
-        synthesis = synthesize_tracked(run, config.seeds, f"{work}/synthesis", config.synthesis, options)
-        trained = train_tracked(run, config.seeds, f"{work}/synthesis/dual_views.parquet", f"{work}/models/{run.run_id}",
+        synthesis = synthesize_tracked(run, config.seeds, layout.synthesis, config.synthesis, options)
+        trained = train_tracked(run, config.seeds, layout.dual_views, layout.model(run.run_id),
                                 config.training, config.train_processes, options)
         reports = {label: evaluate_tracked(run, label, model, config.eval_set, config.evaluation,
-                                           f"{work}/eval/{run.run_id}/{label}", options)
+                                           layout.evaluation(run.run_id, label), options)
                    for label, model in (("base", config.training.model), ("trained", trained["checkpoint"]))}
         headline = log_headline(run, config, synthesis, trained, reports)
     table = comparison_table(reports, headline)

@@ -10,8 +10,9 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.profiles import Profile, SweepOverrides, for_sweep
-from tasks.lineage import sweep_lineage
-from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, sweep_points, synthesize_tracked, train_point
+from dualview_core.sweep import points
+from tasks.runs import sweep_lineage
+from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, synthesize_tracked, train_point
 
 
 @flow(name="sweep", log_prints=True)
@@ -19,12 +20,11 @@ def sweep(profile: Profile = "cpu", config: SweepOverrides = SweepOverrides()) -
     """`profile` supplies the pipeline fields `config.pipeline` leaves unset (see flows/pipeline.py)."""
     config = for_sweep(profile, config)
     p = config.pipeline
-    work = p.workdir.rstrip("/")
+    layout = p.layout()
     with pipeline_run(p, flow_run.get_name() or "sweep", sweep_lineage(config)) as run:
-        synthesize_tracked(run, p.seeds, f"{work}/synthesis", p.synthesis, p.output_options())
-        base = evaluate_tracked(run, "base", p.training.model, p.eval_set, p.evaluation, f"{work}/eval/{run.run_id}/base",
+        synthesize_tracked(run, p.seeds, layout.synthesis, p.synthesis, p.output_options())
+        base = evaluate_tracked(run, "base", p.training.model, p.eval_set, p.evaluation, layout.evaluation(run.run_id, "base"),
                                 p.output_options())
-        results = [train_point(run, point, p, f"{work}/synthesis/dual_views.parquet", f"{work}/sweep/{run.run_id}")
-                   for point in sweep_points(config)]
+        results = [train_point(run, point, p) for point in points(config)]
         log_sweep_figure(run, results, base)
     return {"mlflow_run_id": run.run_id, "points": results}

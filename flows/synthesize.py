@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from prefect import flow
 
-from dualview_core.profiles import Profile, SeedSourceOverrides, SynthesisOverrides, for_synthesis
+from dualview_core.profiles import DataSourceOverrides, Profile, SynthesisOverrides, for_synthesis
 from tasks.stages import synthesize_seeds
 
 
 @flow(name="synthesize", log_prints=True)
 def synthesize(
     profile: Profile = "cpu",
-    seeds: SeedSourceOverrides = SeedSourceOverrides(),
+    seeds: DataSourceOverrides = DataSourceOverrides(),
     out: str | None = None,
     config: SynthesisOverrides = SynthesisOverrides(),
 ) -> dict:

@@ -5,16 +5,15 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.profiles import Profile, SeedSourceOverrides, TrainingOverrides, for_training, synthesis_dir
-from tasks.lineage import train_lineage
-from tasks.runs import flow_run_tracked
+from dualview_core.profiles import DataSourceOverrides, Profile, TrainingOverrides, for_training
+from tasks.runs import flow_run_tracked, train_lineage
 from tasks.stages import train_tracked
 
 
 @flow(name="train", log_prints=True)
 def train(
     profile: Profile = "cpu",
-    seeds: SeedSourceOverrides = SeedSourceOverrides(),
+    seeds: DataSourceOverrides = DataSourceOverrides(),
     dual_views: str | None = None,
     models: str | None = None,
     config: TrainingOverrides = TrainingOverrides(),
@@ -26,8 +25,8 @@ def train(
     A retry of this flow run reuses that run, so training resumes from `models/<run id>.state`.
     With more than one process the DeepSpeed launcher starts the ranks."""
     p = for_training(profile, seeds, config, processes, tracking_uri)
-    dual_views = dual_views or f"{synthesis_dir(p)}/dual_views.parquet"
-    models = (models or f"{p.workdir.rstrip('/')}/models").rstrip("/")
+    dual_views = dual_views or p.layout().dual_views
+    models = (models or p.layout().models).rstrip("/")
     tags, params = train_lineage(p.training, p.seeds, dual_views, dict(p.seeds.storage_options))
     with flow_run_tracked(experiment, p.tracking_uri, p.artifact_location, flow_run.get_name() or "train",
                           tags, params) as run:

@@ -13,7 +13,7 @@ from typing import Literal
 from prefect import flow
 from prefect.events import emit_event
 
-from dualview_core.profiles import Profile, SeedSourceOverrides, SynthesisOverrides, for_synthesis
+from dualview_core.profiles import Profile, DataSourceOverrides, SynthesisOverrides, for_synthesis
 from flows.synthesize import synthesize
 from tasks.stages import SEEDS_CHANGED_EVENT, fingerprint_seeds, last_fingerprint
 
@@ -21,7 +21,7 @@ from tasks.stages import SEEDS_CHANGED_EVENT, fingerprint_seeds, last_fingerprin
 @flow(name="watch-seeds", log_prints=True)
 def watch_seeds(
     profile: Profile = "cpu",
-    seeds: SeedSourceOverrides = SeedSourceOverrides(),
+    seeds: DataSourceOverrides = DataSourceOverrides(),
     out: str | None = None,
     config: SynthesisOverrides = SynthesisOverrides(),
     on_change: Literal["run", "emit"] = "run",

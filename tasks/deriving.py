@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD, Rejected
 from dualview_core.dual_view import make_dual_view
 from dualview_core.io import TableWriter
+from dualview_core.layout import DUAL_VIEWS, REJECTIONS, REPORT
 from dualview_core.seeds import acyclic
 from dualview_core.synthesis import CostSummary, WorkItem, cache_key, seed_fields, targets
 from dualview_core.synthesis_report import EXAMPLES_PER_REASON, render_report
@@ -116,12 +117,12 @@ def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progre
         costs.verify_failed += summary["verify_failed"]
         retry += summary["verify_retry"]
     order = sorted(c for c, _ in chunks)
-    views = _merge(store, "dual_views.parquet", DUAL_VIEW_ROW, [f"{c:06d}-views.parquet" for c in order])
-    _merge(store, "rejections.parquet", SYNTHESIS_RECORD, [f"{c:06d}-rejections.parquet" for c in order])
+    views = _merge(store, DUAL_VIEWS, DUAL_VIEW_ROW, [f"{c:06d}-views.parquet" for c in order])
+    _merge(store, REJECTIONS, SYNTHESIS_RECORD, [f"{c:06d}-rejections.parquet" for c in order])
     accepted = outcomes.pop("accepted", 0)
     counts = {"accepted": accepted, "rejected": sum(outcomes.values()), "by_reason": dict(sorted(outcomes.items()))}
     sample = [r for reason in sorted(examples) for r in examples[reason]]
-    report = store.write_text("report.md", render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id))
+    report = store.write_text(REPORT, render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id))
     progress(f"synthesis: {views} dual views and {counts['rejected']} rejections written")
     return {"dual_views": views, "rejected": counts["rejected"], "outcomes": counts, "report": report, "verify_retry": retry}
 

@@ -38,7 +38,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from dualview_core.config import SamplingConfig, SynthesisConfig
+from dualview_core.config import (OpenAIEngineConfig, ReferenceEngineConfig, SamplingConfig, SynthesisConfig,
+                                  VLLMEngineConfig)
+from dualview_core.contracts import ENGINE_RESULT
 
 if TYPE_CHECKING:
     import ray.data
@@ -55,8 +57,6 @@ PASSTHROUGH_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "VLLM_CP
 
 
 class InProcessEngine(Protocol):
-    model_id: str
-
     def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
         """Result rows for staged rows, a list at a time."""
         ...
@@ -65,15 +65,14 @@ class InProcessEngine(Protocol):
 class RayDataEngine:
     """An engine that is a Ray Data stage (`transform`); answers stream out of the pipeline."""
 
-    cfg: SynthesisConfig
-    model_id: str
-
     def transform(self, ds: ray.data.Dataset, carry: Sequence[str] = ()) -> ray.data.Dataset:
         """The engine's stages; each output row keeps the input's `carry` columns as they were."""
         raise NotImplementedError
 
 
 def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:
+    """The messages an engine sends: with a prefill, a final assistant message the reply continues.
+    The one place a prefill is added (vLLM's processor, the endpoint client, the prompt counter)."""
     return messages + [{"role": "assistant", "content": sampling.prefill}] if sampling.prefill else messages
 
 
@@ -97,7 +96,7 @@ def result_row(row: dict) -> dict:
     error = row.get("__inference_error__") or row.get("error") or None
     if row.get("raw_response") is None and error is None:
         error = "engine returned no answer for this row"
-    return {
+    out = {
         "cache_key": row["cache_key"],
         "raw_response": None if error else row["raw_response"],
         "prompt_tokens": None if error else row.get("prompt_tokens"),
@@ -106,6 +105,7 @@ def result_row(row: dict) -> dict:
         "attempts": row.get("attempts") or 1,
         "error": str(error)[:500] if error else None,
     }
+    return {name: out[name] for name in ENGINE_RESULT.names}  # contracts.ENGINE_RESULT owns the columns
 
 
 PromptCounter = Callable[[list[dict]], int]
@@ -140,14 +140,13 @@ def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[Prompt
 
 
 class VLLMEngine(RayDataEngine):
-    def __init__(self, cfg: SynthesisConfig, model_path: str):
-        self.cfg, self.model_path = cfg, model_path
-        self.model_id = cfg.vllm.model
+    def __init__(self, vllm: VLLMEngineConfig, sampling: SamplingConfig, model_path: str):
+        self.vllm, self.sampling, self.model_path = vllm, sampling, model_path
 
     def _processor_config(self):
         from ray.data.llm import vLLMEngineProcessorConfig
 
-        v = self.cfg.vllm
+        v = self.vllm
         engine_kwargs = {"dtype": v.dtype, "enforce_eager": v.enforce_eager, "max_model_len": v.max_model_len,
                          "enable_prefix_caching": v.enable_prefix_caching, "tensor_parallel_size": v.tensor_parallel_size}
         if v.max_num_seqs is not None:
@@ -176,10 +175,10 @@ class VLLMEngine(RayDataEngine):
     def transform(self, ds: ray.data.Dataset, carry: Sequence[str] = ()) -> ray.data.Dataset:
         from ray.data.llm import build_processor
 
-        sampling = self.cfg.sampling
+        sampling = self.sampling
         params = sampling.engine_params()
         prefill = sampling.prefill
-        small = {"num_cpus": HELPER_CPUS} if self.cfg.vllm.cpu else {}
+        small = {"num_cpus": HELPER_CPUS} if self.vllm.cpu else {}
         carry = list(carry)
 
         def pre(row: dict) -> dict:  # the processor's stages keep the carried columns; a failed row keeps all
@@ -205,19 +204,18 @@ class VLLMEngine(RayDataEngine):
 
 
 class OpenAIEngine(RayDataEngine):
-    def __init__(self, cfg: SynthesisConfig):
-        self.cfg = cfg
-        self.model_id = cfg.openai.model
+    def __init__(self, openai: OpenAIEngineConfig, sampling: SamplingConfig):
+        self.openai, self.sampling = openai, sampling
 
     def transform(self, ds: ray.data.Dataset, carry: Sequence[str] = ()) -> ray.data.Dataset:
         from ray.data import ActorPoolStrategy
 
         from tasks.openai_client import OpenAIStage
 
-        o = self.cfg.openai
+        o = self.openai
         return ds.map_batches(
             OpenAIStage,
-            fn_constructor_kwargs={"cfg": o, "sampling": self.cfg.sampling, "carry": list(carry)},
+            fn_constructor_kwargs={"cfg": o, "sampling": self.sampling, "carry": list(carry)},
             batch_size=o.concurrency * OPENAI_WAVES,  # several batches in flight (async stage), one gate
             batch_format="pyarrow",
             compute=ActorPoolStrategy(size=o.actors),  # each actor: its own session, `concurrency` in flight
@@ -232,13 +230,12 @@ REFERENCE_BATCH_ROWS = 256  # answers are instant; a list this long at a time ke
 class ReferenceEngine:
     """The known correct reversal for N*, read from the world's metadata. Controlled benchmarks only."""
 
-    def __init__(self, cfg: SynthesisConfig):
+    def __init__(self, reference: ReferenceEngineConfig):
         from dualview_core.world import read_metadata
 
-        if not cfg.reference.world:
+        if not reference.world:
             raise ValueError("engine 'reference' needs synthesis.reference.world (the world.json of the seeds)")
-        self.cfg, self.model_id = cfg, "reference"
-        self.world = read_metadata(cfg.reference.world)
+        self.world = read_metadata(reference.world)
 
     def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
         from dualview_core.world import reference_answer
@@ -258,15 +255,14 @@ class ReferenceEngine:
             yield out
 
 
-ENGINES: dict[str, Callable[[SynthesisConfig, str | None], RayDataEngine | InProcessEngine]] = {
-    "vllm": lambda cfg, model_path: VLLMEngine(cfg, model_path or cfg.vllm.model),
-    "openai": lambda cfg, model_path: OpenAIEngine(cfg),
-    "reference": lambda cfg, model_path: ReferenceEngine(cfg),
-}
-
-
 def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> RayDataEngine | InProcessEngine:
-    return ENGINES[cfg.engine](cfg, model_path)
+    """The engine `cfg.engine` names, built from its own sub-config and the sampling config only
+    (`sampling` is the pass's: a verification pass hands in `verify_sampling` as `cfg.sampling`)."""
+    if cfg.engine == "vllm":
+        return VLLMEngine(cfg.vllm, cfg.sampling, model_path or cfg.vllm.model)
+    if cfg.engine == "openai":
+        return OpenAIEngine(cfg.openai, cfg.sampling)
+    return ReferenceEngine(cfg.reference)
 
 
 def batch_rows(cfg: SynthesisConfig) -> int:

@@ -1,8 +1,8 @@
 """Evaluation, task side: load -> evaluate (core) -> write runs and report -> log to MLflow.
 
 Owns the I/O around `dualview_core.eval_report`: TREC run files and report.json in an output folder,
-and MLflow logging. `log_evaluation` logs into the active MLflow run (it starts one only when none
-is active); opening parent and nested runs is the orchestration flow's job. MLflow and matplotlib
+and MLflow logging. `log_evaluation` logs into the run it is given, by id (MLflow's process-wide
+"active run" is never touched); opening and closing runs is tasks/runs.py's job. MLflow and matplotlib
 are imported inside the functions that use them, so importing this module stays cheap.
 
 Logged, per eval set (benchmark `followir`, subset `core17`, say):
@@ -19,7 +19,6 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import contextmanager
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.eval_report import EvalReport, aggregate, evaluate_model
@@ -92,7 +91,7 @@ class MeteredEncoder:
 
 
 def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None = None, out_dir: str | None = None,
-                  benchmark: str | None = None, storage_options: dict | None = None, log: bool = False,
+                  benchmark: str | None = None, storage_options: dict | None = None,
                   progress: Callable[[str], None] | None = None, label: str = "evaluate") -> EvalReport:
     """The whole evaluation of one model on one eval set, as a pipeline stage calls it. With
     `progress`, long encodings report texts/s and an ETA there."""
@@ -110,8 +109,6 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
     report.details.update(source=eval_set_path, quarantined=load.quarantined)
     if out_dir:
         write_outputs(report, out_dir, {"model": model, "config": cfg.model_dump()}, storage_options)
-    if log:
-        log_evaluation(report, cfg)
     return report
 
 
@@ -136,36 +133,32 @@ def metric_values(reports: Sequence[EvalReport], cfg: EvaluationConfig) -> dict[
     return out
 
 
-@contextmanager
-def _active_run():
-    import mlflow
+def log_evaluation(tracking_uri: str, run_id: str, reports: EvalReport | Sequence[EvalReport],
+                   cfg: EvaluationConfig | None = None, artifact_dir: str = "evaluation") -> dict[str, float]:
+    """Log metrics with intervals, per-query tables, a CI figure and dataset lineage into run
+    `run_id`; return the metrics."""
 
-    if mlflow.active_run() is not None:
-        yield mlflow.active_run()
-    else:
-        with mlflow.start_run() as run:
-            yield run
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-
-def log_evaluation(reports: EvalReport | Sequence[EvalReport], cfg: EvaluationConfig | None = None,
-                   artifact_dir: str = "evaluation") -> dict[str, float]:
-    """Log metrics with intervals, per-query tables, a CI figure and dataset lineage; return the metrics."""
-    import mlflow
+    from tasks.tracking import dataset, log_metrics, mlflow_client
 
     reports = [reports] if isinstance(reports, EvalReport) else list(reports)
     cfg = cfg or EvaluationConfig()
     metrics = metric_values(reports, cfg)
-    with _active_run():
-        mlflow.log_metrics(metrics)
-        for report in reports:
-            prefix = f"{artifact_dir}/{report.benchmark}_{report.subset}"
-            with warnings.catch_warnings():  # pandas 3 warns inside mlflow's log_table about str columns
-                warnings.filterwarnings("ignore", message=".*select_dtypes.*")
-                mlflow.log_table(per_query_table(report), artifact_file=f"{prefix}_per_query.json")
-            mlflow.log_input(_dataset(report), context=EVAL_CONTEXT)
-            if "score_measure" in report.details:
-                mlflow.log_param(metric_key(report.benchmark, report.subset, "score_measure"), report.details["score_measure"])
-        mlflow.log_figure(ci_figure(reports), f"{artifact_dir}/ci.png")
+    client = mlflow_client(tracking_uri)
+    log_metrics(tracking_uri, run_id, metrics)
+    for report in reports:
+        prefix = f"{artifact_dir}/{report.benchmark}_{report.subset}"
+        with warnings.catch_warnings():  # pandas 3 warns inside mlflow's log_table about str columns
+            warnings.filterwarnings("ignore", message=".*select_dtypes.*")
+            client.log_table(run_id, per_query_table(report), artifact_file=f"{prefix}_per_query.json")
+        source = dataset(str(report.details.get("source", report.subset)), f"{report.benchmark}/{report.subset}", report.digest)
+        client.log_inputs(run_id, datasets=[DatasetInput(source._to_mlflow_entity(),
+                                                          tags=[InputTag(MLFLOW_DATASET_CONTEXT, EVAL_CONTEXT)])])
+        if "score_measure" in report.details:
+            client.log_param(run_id, metric_key(report.benchmark, report.subset, "score_measure"), report.details["score_measure"])
+    client.log_figure(run_id, ci_figure(reports), f"{artifact_dir}/ci.png")
     return metrics
 
 
@@ -174,12 +167,6 @@ def per_query_table(report: EvalReport) -> dict[str, list]:
     metrics = list(report.per_query)
     ids = sorted({q for values in report.per_query.values() for q in values})
     return {"query_id": ids, **{m: [report.per_query[m].get(q) for q in ids] for m in metrics}}
-
-
-def _dataset(report: EvalReport):
-    from tasks.tracking import dataset
-
-    return dataset(str(report.details.get("source", report.subset)), f"{report.benchmark}/{report.subset}", report.digest)
 
 
 def ci_figure(reports: Sequence[EvalReport]):

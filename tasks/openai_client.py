@@ -39,6 +39,8 @@ import orjson
 import pyarrow as pa
 
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig
+from dualview_core.contracts import ENGINE_RESULT
+from tasks.engines import with_prefill
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 JSON = {"Content-Type": "application/json"}
@@ -79,7 +81,7 @@ class ChatClient:
     def _body(self, messages: list[dict]) -> dict:
         body = {"model": self.cfg.model, "messages": messages, **self.sampling.engine_params()}
         if self.sampling.prefill:  # vLLM-style continuation of the final assistant message, echoed back
-            body["messages"] = messages + [{"role": "assistant", "content": self.sampling.prefill}]
+            body["messages"] = with_prefill(messages, self.sampling)
             body |= {"add_generation_prompt": False, "continue_final_message": True, "echo": True}
         return body
 
@@ -150,13 +152,7 @@ class OpenAIStage:
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.select(["cache_key", "messages"]).to_pylist()
-        out = pa.Table.from_pylist(await self.client.complete_all(rows), schema=RESULT_SCHEMA)  # in input order
+        out = pa.Table.from_pylist(await self.client.complete_all(rows), schema=ENGINE_RESULT)  # in input order
         for name in self.carry:
             out = out.append_column(name, batch[name])
         return out
-
-
-RESULT_SCHEMA = pa.schema([
-    ("cache_key", pa.string()), ("raw_response", pa.string()), ("prompt_tokens", pa.int64()),
-    ("completion_tokens", pa.int64()), ("latency_s", pa.float64()), ("attempts", pa.int64()), ("error", pa.string()),
-])

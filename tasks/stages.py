@@ -14,17 +14,12 @@ from collections.abc import Iterator
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from dualview_core.config import (
-    EvaluationConfig,
-    PipelineConfig,
-    SeedSource,
-    SweepConfig,
-    SynthesisConfig,
-    TrainingConfig,
-)
+from dualview_core.config import DataSource, EvaluationConfig, PipelineConfig, SynthesisConfig, TrainingConfig
 from dualview_core.keys import digest
-from tasks.lineage import pipeline_lineage
-from tasks.runs import RunRef, flow_run_tracked, stage_run
+from dualview_core.layout import REJECTIONS, dual_views_of, output_options
+from dualview_core.sweep import point_training
+from tasks.runs import RunRef, flow_run_tracked, pipeline_lineage, stage_run
+from tasks.tracking import flatten, log_datasets, log_dict, log_metrics, mlflow_client, synthesis_metrics
 
 SEEDS_CHANGED_EVENT = "dualview.seeds.changed"
 
@@ -53,7 +48,7 @@ def _hold_slot(name: str):
 
 
 @task(name="synthesize seeds", task_run_name="synthesize {seeds.path}", cache_policy=NO_CACHE)
-def synthesize_seeds(seeds: SeedSource, out: str, config: SynthesisConfig, out_options: dict | None = None) -> dict:
+def synthesize_seeds(seeds: DataSource, out: str, config: SynthesisConfig, out_options: dict | None = None) -> dict:
     """Not retried: a failed run resumes from its published shards when run again. With
     `config.ray_job` the run is a Ray Job whose log lines become this task's log."""
     from tasks.ray_job import run_as_job
@@ -68,7 +63,7 @@ def synthesize_seeds(seeds: SeedSource, out: str, config: SynthesisConfig, out_o
 
 
 @task(name="fingerprint seeds", retries=3, retry_delay_seconds=2)
-def fingerprint_seeds(seeds: SeedSource) -> str:
+def fingerprint_seeds(seeds: DataSource) -> str:
     from dualview_core.sources import source_fingerprint
 
     return source_fingerprint(seeds.path, dict(seeds.storage_options))
@@ -94,17 +89,16 @@ def pipeline_run(config: PipelineConfig, name: str, lineage=None) -> Iterator[Ru
 
 
 @task(name="synthesize (tracked)", cache_policy=NO_CACHE)
-def synthesize_tracked(parent: RunRef, seeds: SeedSource, out: str, config: SynthesisConfig,
+def synthesize_tracked(parent: RunRef, seeds: DataSource, out: str, config: SynthesisConfig,
                        out_options: dict | None = None) -> dict:
-    from tasks.tracking import log_dict, log_metrics, synthesis_metrics
-
     with stage_run(parent, "synthesize") as run:
         summary = synthesize_seeds.fn(seeds, out, config, out_options)
         log_metrics(run.tracking_uri, run.run_id, synthesis_metrics(summary))
         log_dict(run.tracking_uri, run.run_id, summary, "synthesis/summary.json")
-        log_dict(run.tracking_uri, run.run_id, _sample(out, out_options or seeds.storage_options), "synthesis/sample.json")
+        options = output_options(out_options, seeds.storage_options)
+        log_dict(run.tracking_uri, run.run_id, _sample(out, options), "synthesis/sample.json")
         if summary.get("report"):
-            _log_text_file(run, summary["report"], out_options or seeds.storage_options, "synthesis")
+            _log_text_file(run, summary["report"], options, "synthesis")
         tags = {"dualview.prompt_version": summary["prompt_version"], "dualview.seed_fingerprint": summary["seed_fingerprint"],
                 "dualview.source_fingerprint": summary["source_fingerprint"]}
         run.set_tags(tags)
@@ -118,8 +112,8 @@ def _sample(out: str, storage_options: dict, rows: int = 20) -> dict:
     from dualview_core.io import read_table
 
     options = dict(storage_options)
-    dual_views = read_table(f"{out}/dual_views.parquet", DUAL_VIEW_ROW, options).slice(0, rows).to_pylist()
-    rejections = read_table(f"{out}/rejections.parquet", SYNTHESIS_RECORD, options).slice(0, rows).to_pylist()
+    dual_views = read_table(dual_views_of(out), DUAL_VIEW_ROW, options).slice(0, rows).to_pylist()
+    rejections = read_table(f"{out.rstrip('/')}/{REJECTIONS}", SYNTHESIS_RECORD, options).slice(0, rows).to_pylist()
     keep = ("seed_key", "query_id", "query", "original_instruction", "target_index", "rejection", "raw_response", "instruction")
     return {"dual_views": dual_views, "rejections": [{k: r[k] for k in keep} for r in rejections]}
 
@@ -130,17 +124,14 @@ def _log_text_file(run: RunRef, path: str, storage_options: dict, folder: str) -
 
     import fsspec
 
-    from tasks.tracking import mlflow_client
-
     with fsspec.open(path, "r", encoding="utf-8", **dict(storage_options)) as f:
         text = f.read()
     mlflow_client(run.tracking_uri).log_text(run.run_id, text, f"{folder}/{posixpath.basename(path)}")
 
 
 @task(name="train", cache_policy=NO_CACHE)
-def train_tracked(parent: RunRef, seeds: SeedSource, dual_views: str, out: str, config: TrainingConfig,
+def train_tracked(parent: RunRef, seeds: DataSource, dual_views: str, out: str, config: TrainingConfig,
                   processes: int = 1, out_options: dict | None = None) -> dict:
-    from tasks.tracking import flatten, log_dict, log_metrics
     from tasks.train_worker import run as train_run
     from tasks.training import TrainProgress
 
@@ -154,7 +145,7 @@ def train_tracked(parent: RunRef, seeds: SeedSource, dual_views: str, out: str, 
                 logger.info(line)
 
         result = train_run(config, seeds.path, dual_views, out, processes=processes,
-                           storage_options=dict(out_options if out_options is not None else seeds.storage_options),
+                           storage_options=output_options(out_options, seeds.storage_options),
                            callback=signals)
         log_dict(run.tracking_uri, run.run_id, result.composition, "training/composition.json")
         run.set_tags({"dualview.data_digest": result.digest})
@@ -164,18 +155,16 @@ def train_tracked(parent: RunRef, seeds: SeedSource, dual_views: str, out: str, 
 
 
 @task(name="evaluate", task_run_name="evaluate {label}", cache_policy=NO_CACHE)
-def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: SeedSource, config: EvaluationConfig,
+def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: DataSource, config: EvaluationConfig,
                      out: str, out_options: dict | None = None):
     from tasks.evaluation import evaluate_task, log_evaluation, write_outputs
-    from tasks.tracking import stage
 
     with stage_run(parent, f"evaluate-{label}", tags={"dualview.model": model}) as run:
-        local = _local_model(model, out_options or {})
-        report = evaluate_task(local, eval_set.path, config, storage_options=dict(eval_set.storage_options),
-                               progress=get_run_logger().info, label=f"evaluate {label}")
+        with _local_model(model, out_options or {}) as local:
+            report = evaluate_task(local, eval_set.path, config, storage_options=dict(eval_set.storage_options),
+                                   progress=get_run_logger().info, label=f"evaluate {label}")
         write_outputs(report, out, {"model": model, "config": config.model_dump()}, out_options)
-        with stage(run.tracking_uri, run.run_id):
-            log_evaluation(report, config)
+        log_evaluation(run.tracking_uri, run.run_id, report, config)
         parent.set_tags({"dualview.eval_digest": report.digest})
     return report
 
@@ -186,14 +175,13 @@ def log_headline(run: RunRef, config: PipelineConfig, synthesis: dict, trained: 
     on the parent run, so the experiment's table compares pipeline runs row by row."""
     from dualview_core.headline import evaluation_headline, synthesis_headline, training_headline
     from dualview_core.sources import source_fingerprint
-    from tasks.tracking import log_datasets
     from tasks.training import LOSS
 
     e = config.evaluation
     metrics = (evaluation_headline(reports, e.bootstrap_resamples, e.bootstrap_seed, e.confidence)
                | synthesis_headline(synthesis) | training_headline(trained["history"], trained["steps"], LOSS))
     run.log_metrics(metrics)
-    dual_views = f"{synthesis['out']}/dual_views.parquet"
+    dual_views = dual_views_of(synthesis["out"])
     eval_report = next(iter(reports.values()))
     log_datasets(run.tracking_uri, run.run_id, [
         ("seeds", config.seeds.path, synthesis["seed_fingerprint"], "synthesis"),
@@ -204,58 +192,42 @@ def log_headline(run: RunRef, config: PipelineConfig, synthesis: dict, trained: 
     return metrics
 
 
-def _local_model(model: str, options: dict) -> str:
-    """A checkpoint on s3:// is copied to a local temporary folder (transformers loads from disk)."""
+@contextlib.contextmanager
+def _local_model(model: str, options: dict) -> Iterator[str]:
+    """A checkpoint on s3:// is copied to a local temporary folder (transformers loads from disk),
+    removed when the evaluation is done."""
     from dualview_core.sources import is_remote
 
     if not is_remote(model):
-        return model
+        yield model
+        return
     import tempfile
 
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(model, **options)
-    local = tempfile.mkdtemp(prefix="dualview-model-")
-    fs.get(root.rstrip("/") + "/", local + "/", recursive=True)
-    return local
+    with tempfile.TemporaryDirectory(prefix="dualview-model-") as local:
+        fs.get(root.rstrip("/") + "/", local + "/", recursive=True)
+        yield local
 
 
 # --- sweep ----------------------------------------------------------------------------------------
 
 
-DUAL_VIEW_MIXTURES = ("ins-dv", "all-dv")
-
-
-def sweep_points(config: SweepConfig) -> list[dict]:
-    """The grid: every mixture × seed, the ratio mixture also × every ratio."""
-    points = []
-    for mixture in config.mixtures:
-        for ratio in config.ratios if mixture == "ratio" else (None,):
-            for seed in config.seeds:
-                name = f"{mixture}" + (f"-r{ratio:g}" if ratio is not None else "") + f"-s{seed}"
-                points.append({"name": name, "mixture": mixture, "ratio": ratio, "seed": seed})
-    return points
-
-
-def train_point(parent: RunRef, point: dict, p: PipelineConfig, dual_views: str, folder: str) -> dict:
-    """Train and evaluate one grid point inside its own nested run."""
-    # corruption swaps dual-view instructions: mixtures without dual views train on their clean rows
-    clean = {} if point["mixture"] in DUAL_VIEW_MIXTURES else {"corruption": 0.0}
-    mixture = p.training.mixture.model_copy(update={"name": point["mixture"], "seed": point["seed"], **clean,
-                                                    **({"ratio": point["ratio"]} if point["ratio"] is not None else {})})
-    training = p.training.model_copy(update={"mixture": mixture, "seed": point["seed"]})
+def train_point(parent: RunRef, point: dict, p: PipelineConfig) -> dict:
+    """Train and evaluate one grid point inside its own nested run, under the sweep's folder."""
+    layout, training = p.layout(), point_training(p.training, point)
     with stage_run(parent, point["name"], tags={"dualview.sweep_point": point["name"]}) as run:
         options = p.output_options()
-        trained = train_tracked(run, p.seeds, dual_views, f"{folder}/{point['name']}", training, p.train_processes, options)
+        trained = train_tracked(run, p.seeds, layout.dual_views, layout.sweep_point(parent.run_id, point["name"]),
+                                training, p.train_processes, options)
         report = evaluate_tracked(run, "trained", trained["checkpoint"], p.eval_set, p.evaluation,
-                                  f"{folder}/{point['name']}-eval", options)
+                                  layout.sweep_point_evaluation(parent.run_id, point["name"]), options)
     return {**point, "run_id": run.run_id, "metrics": report.as_dict(with_per_query=False)["metrics"]}
 
 
 @task(name="sweep figure", cache_policy=NO_CACHE)
 def log_sweep_figure(run: RunRef, results: list[dict], base) -> None:
     from tasks.summary import sweep_figure
-    from tasks.tracking import mlflow_client
-
     figure = sweep_figure(results, base.as_dict(with_per_query=False)["metrics"])
     mlflow_client(run.tracking_uri).log_figure(run.run_id, figure, "sweep/summary.png")

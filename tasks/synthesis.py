@@ -29,6 +29,7 @@ import pyarrow as pa
 from dualview_core.cache_index import seed_diff, unique_seeds
 from dualview_core.config import SynthesisConfig
 from dualview_core.keys import canonical_json, content_digest, digest
+from dualview_core.layout import DERIVED_FILES, output_options
 from dualview_core.plan import Plan
 from dualview_core.prompting import default_template, prompt_version
 from dualview_core.sources import source_fingerprint
@@ -50,7 +51,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
     """Synthesize what is missing under `out`; return the run summary (counts, costs, versions).
 
     `storage_options` are for the seeds, `out_storage_options` (default: the same) for the output."""
-    out_options = storage_options if out_storage_options is None else out_storage_options
+    out_options = output_options(out_storage_options, storage_options)
     store = RecordStore(out, out_options)
     with store.lock():
         start = time.perf_counter()
@@ -204,7 +205,7 @@ def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: Asking, 
 
 
 def _derived_exist(store: RecordStore) -> bool:
-    return all(store.fs.exists(f"{store.root}/{name}") for name in ("dual_views.parquet", "rejections.parquet", "report.md"))
+    return all(store.fs.exists(f"{store.root}/{name}") for name in DERIVED_FILES)
 
 
 def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, progress: Progress) -> dict:

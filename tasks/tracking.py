@@ -1,7 +1,7 @@
 """MLflow for pipelines: one experiment per pipeline name, a parent run, a nested run per stage.
 
-Runs are addressed by id (not by MLflow's thread-local "active run"), so a stage can log from
-whichever thread or process Prefect runs it in: `with stage(run_id):` re-enters a run there.
+Runs are addressed by id, through `MlflowClient` (never MLflow's process-wide tracking URI or its
+thread-local "active run"), so a stage can log from whichever thread or process Prefect runs it in.
 
 Params are the flattened config with anything secret-looking removed (keys naming a key, secret,
 token, password or credential, and the whole of storage options but the endpoint); credentials come
@@ -15,12 +15,11 @@ metric. SQLite and file stores are not checked.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -229,16 +228,6 @@ def _reopen(tracking_uri: str, experiment: str, filter_string: str, keep=lambda 
 
 def close_run(tracking_uri: str, run_id: str, failed: bool = False) -> None:
     mlflow_client(tracking_uri).set_terminated(run_id, status="FAILED" if failed else "FINISHED")
-
-
-@contextlib.contextmanager
-def stage(tracking_uri: str, run_id: str) -> Iterator[None]:
-    """Make `run_id` MLflow's active run in this thread, so the fluent API logs into it."""
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking_uri)
-    with mlflow.start_run(run_id=run_id, log_system_metrics=False):
-        yield
 
 
 def log_metrics(tracking_uri: str, run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:

@@ -244,13 +244,21 @@ def _loss(q, d, batch: TextBatch, cfg: TrainingConfig, rank: int, world: int):
     return info_nce(q, d, positives, allowed, cfg.temperature)  # ()
 
 
+def _collective_device():
+    """Where a tensor made for a collective lives: NCCL moves only CUDA tensors, gloo CPU ones."""
+    import torch
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def _most_over_ranks(n: int, world: int) -> int:
     if world == 1:
         return n
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([n], dtype=torch.int64)
+    t = torch.tensor([n], dtype=torch.int64, device=_collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 
@@ -292,7 +300,7 @@ def _all_ranks_sum(values: list[float], world: int) -> list[float]:
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor(values, dtype=torch.float64)  # (len(values),)
+    t = torch.tensor(values, dtype=torch.float64, device=_collective_device())  # (len(values),)
     dist.all_reduce(t)
     return t.tolist()
 

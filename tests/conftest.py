@@ -1,4 +1,15 @@
-"""Shared fixtures."""
+"""Fixtures shared by every test folder; the project's environment defaults, applied once.
+
+The layout mirrors the code:
+
+- tests/unit/         dualview_core/ and the pure parts of tasks/ and flows/: hand-made data, seconds
+- tests/infra/        infra/, docker/ and prefect.yaml checked offline (tests/infra/test_infra*.py)
+- tests/integration/  real local services started and stopped by pid (its conftest: their fixtures)
+- tests/gpu/          what needs CUDA; skipped, with the reason, without it
+- tests/helpers/      what tests share that is not a fixture (factories, service starters, infra
+                      readers); test modules import only from here, never from another test module
+                      or a conftest
+"""
 
 from __future__ import annotations
 
@@ -7,7 +18,7 @@ import copy
 import pytest
 
 from flows.commands import apply_project_env
-from tests.factories import promptriever_row
+from tests.helpers.factories import promptriever_row
 
 # The same defaults the CLI applies: nothing reaches for a hub, every tool keeps its state in the project.
 apply_project_env()
@@ -23,11 +34,19 @@ def rows() -> list[dict]:
     return copy.deepcopy(out)
 
 
-
 @pytest.fixture(scope="session")
 def st_folders(tmp_path_factory) -> dict:
-    """variant -> a model folder saved by sentence-transformers 6.2 (tests/st_folders.py), each built
-    once per session, on first use."""
-    from tests.st_folders import Folders
+    """variant -> a model folder saved by sentence-transformers 6.2 (tests/helpers/st_folders.py), each
+    built once per session, on first use."""
+    from tests.helpers.st_folders import Folders
 
     return Folders(tmp_path_factory.mktemp("st-folders"))
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory) -> tuple[str, str]:
+    """(seeds, dual views) for training tests (integration and gpu): the bundled seeds and one fixture
+    dual view per seed (tests/helpers/samples.py), written once per session."""
+    from tests.helpers.samples import write_sample_views
+
+    return write_sample_views(tmp_path_factory.mktemp("views"))

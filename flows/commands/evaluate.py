@@ -82,15 +82,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _log_to_mlflow(report, cfg: EvaluationConfig, experiment: str) -> None:
+    """A run of its own in `experiment`, on the tracking URI MLflow reads from the environment."""
     import mlflow
 
     from tasks.evaluation import log_evaluation
+    from tasks.tracking import close_run, experiment_id, open_run
 
+    uri = mlflow.get_tracking_uri()
     # MLflow writes "View run … at: URL" to stdout when a run ends; stdout is our JSON, so send it to stderr
     with contextlib.redirect_stdout(sys.stderr):
-        mlflow.set_experiment(experiment)
-        with mlflow.start_run(run_name=f"evaluate-{report.subset}"):
-            log_evaluation(report, cfg)
+        run_id = open_run(uri, experiment_id(uri, experiment), f"evaluate-{report.subset}")
+        try:
+            log_evaluation(uri, run_id, report, cfg)
+        except BaseException:
+            close_run(uri, run_id, failed=True)
+            raise
+        close_run(uri, run_id)
 
 
 def _per_query(path: str, qrels, measure: str) -> dict[str, dict[str, float]]:

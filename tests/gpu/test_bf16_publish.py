@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_published_weights import check_masters, trained_weights
+from tests.helpers.published_weights import check_masters, trained_weights
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

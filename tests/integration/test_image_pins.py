@@ -1,7 +1,7 @@
 """Each image's `pip install`, resolved in a clean virtual environment, so that an image's pins cannot
 drift from the project's (constraints.txt, pyproject.toml) unnoticed. Owns reading a Dockerfile's pip
 installs and comparing what they resolve to with the pins; the Dockerfile parser, the image list and
-GPU_REPLACED belong to tests/unit/test_infra_images.py. Nothing is built or installed, and no Docker
+GPU_REPLACED belong to tests/helpers/infra.py. Nothing is built or installed, and no Docker
 engine is involved.
 
 For each image: every `pip install` of its Dockerfile, merged into the image's final requirement set
@@ -63,8 +63,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from tests.unit.test_infra import ROOT
-from tests.unit.test_infra_images import DOCKERFILES, GPU_REPLACED, instructions
+from tests.helpers.infra import DOCKERFILES, GPU_REPLACED, ROOT, instructions
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

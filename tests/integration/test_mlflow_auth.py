@@ -1,5 +1,5 @@
 """The project's tracking against MLflow as production runs it: basic auth, PostgreSQL stores,
-artifacts proxied to S3 (tests/integration/mlflow_auth.py starts it; moto stands in for S3).
+artifacts proxied to S3 (tests/helpers/mlflow_auth.py starts it; moto stands in for S3).
 
 A flow's user logs a run through `tasks.tracking` and it lands in PostgreSQL and S3; a wrong
 password or none is refused up front by `check_tracking_access`, in one line, the password nowhere.
@@ -14,7 +14,7 @@ import pytest
 
 from tasks import tracking
 from tasks.tracking import TrackingAccessError, check_tracking_access
-from tests.integration.mlflow_auth import mlflow_auth_server
+from tests.helpers.mlflow_auth import mlflow_auth_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # The server's default for new experiments, mlflow-artifacts:/<experiment id>. The auth app reads the

@@ -14,7 +14,7 @@ import pytest
 from dualview_core.config import EvaluationConfig
 from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EvalSet
 from dualview_core.eval_report import evaluate_runs
-from tests.integration.conftest import free_port, wait_for_port
+from tests.helpers.services import free_port, wait_for_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -82,12 +82,16 @@ def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
     # hand-computed: d1 goes 1->3 (q1: +2/3), 2->1 (q2: -1/2), 3->3 (q3: 0)
     assert reports[0].summary["p-MRR"].mean == pytest.approx(100 * (2 / 3 - 1 / 2) / 3)
 
-    experiment = mlflow.set_experiment("eval-logging")
-    with mlflow.start_run() as active:
-        logged = log_evaluation(reports, cfg)
+    from tasks.tracking import experiment_id, open_run
 
-    runs = tracking.search_runs([experiment.experiment_id])
-    assert [r.info.run_id for r in runs] == [active.info.run_id]  # logged into the active run, no other
+    uri = tracking.tracking_uri
+    experiment = experiment_id(uri, "eval-logging")
+    run_id = open_run(uri, experiment, "evaluate")
+    logged = log_evaluation(uri, run_id, reports, cfg)
+    assert mlflow.active_run() is None  # by id: MLflow's process-wide active run is never set
+
+    runs = tracking.search_runs([experiment])
+    assert [r.info.run_id for r in runs] == [run_id]  # logged into the run it was given, no other
     metrics = runs[0].data.metrics
     assert metrics == pytest.approx(logged)
     for r in reports:
@@ -104,25 +108,33 @@ def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
     assert {n: d.dataset.digest for n, d in inputs.items()} == {f"followir/{r.subset}": r.digest for r in reports}
     assert {t.value for d in inputs.values() for t in d.tags if t.key == "mlflow.data.context"} == {"eval"}
 
-    artifacts = {a.path for a in tracking.list_artifacts(active.info.run_id, "evaluation")}
+    artifacts = {a.path for a in tracking.list_artifacts(run_id, "evaluation")}
     assert artifacts == {"evaluation/ci.png", "evaluation/followir_core17_per_query.json", "evaluation/followir_news21_per_query.json"}
-    table = json.loads(Path(tracking.download_artifacts(active.info.run_id, "evaluation/followir_core17_per_query.json", str(tmp_path))).read_text())
+    table = json.loads(Path(tracking.download_artifacts(run_id, "evaluation/followir_core17_per_query.json", str(tmp_path))).read_text())
     rows = {row[0]: dict(zip(table["columns"], row)) for row in table["data"]}
     assert rows["q1"]["p-MRR"] == pytest.approx(100 * 2 / 3) and rows["q2"]["p-MRR"] == pytest.approx(-50.0)
 
 
-def test_without_an_active_run_it_opens_one(tracking):
+def test_evaluation_logs_by_id_into_a_run_opened_in_another_thread(tracking):
+    """Prefect may run a stage in any thread: the run is found by its id, not by thread-local state."""
+    import threading
+
     import mlflow
 
     from tasks.evaluation import log_evaluation
+    from tasks.tracking import close_run, experiment_id, open_run
 
-    experiment = mlflow.set_experiment("eval-logging-standalone")
+    uri = tracking.tracking_uri
+    experiment = experiment_id(uri, "eval-logging-threads")
+    run_id = open_run(uri, experiment, "evaluate")
     report = evaluate_runs(eval_set("core17"), {"og": RUN_OG, "changed": RUN_CHANGED}, EvaluationConfig(bootstrap_resamples=50))
-    log_evaluation(report)
+    worker = threading.Thread(target=log_evaluation, args=(uri, run_id, report))
+    worker.start()
+    worker.join()
+    close_run(uri, run_id)
     assert mlflow.active_run() is None
-    (run,) = tracking.search_runs([experiment.experiment_id])
-    assert "followir/core17/p-MRR" in run.data.metrics and run.info.status == "FINISHED"
-
+    (run,) = tracking.search_runs([experiment])
+    assert run.info.run_id == run_id and "followir/core17/p-MRR" in run.data.metrics and run.info.status == "FINISHED"
 
 def test_cli_evaluate_logs_what_it_prints(tracking, capsys):
     from dualview_core.samples import followir_path

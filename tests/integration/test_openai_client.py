@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -12,7 +13,7 @@ from aiohttp import web
 
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig
 from tasks.openai_client import ChatClient
-from tests.integration.conftest import free_port, serve, stop_serving
+from tests.helpers.services import free_port, serve, stop_serving
 
 pytestmark = pytest.mark.integration
 SECRET = "sk-test-do-not-leak-1234"
@@ -294,11 +295,19 @@ def test_an_old_format_cache_is_reused_with_no_new_calls(tmp_path):
 
 
 class Tally:
-    """Two endpoints' view of the traffic: which rows each answered, and the peak in flight over both."""
+    """Two endpoints' view of the traffic: which rows each answered, and the peak in flight over both.
 
-    def __init__(self):
+    Every request is held until `hold_until` requests are in flight at once over both endpoints; from
+    then on none is. One actor's gate admits `concurrency` requests, so with hold_until above it the
+    first answer waits for the second actor's requests: the two overlap by construction, however slowly
+    the second actor starts. `patience_s` only turns a run where that never happens into a failure
+    (`reached` stays False; holding stops for good) instead of a hang."""
+
+    def __init__(self, hold_until: int, patience_s: float = 60.0):
         self.lock, self.in_flight, self.peak = threading.Lock(), 0, 0
         self.rows: list[list[str]] = [[], []]
+        self.hold_until, self.patience_s = hold_until, patience_s
+        self.reached = self.holding_over = False
 
     def handler(self, endpoint: int):
         async def handle(request: web.Request) -> web.Response:
@@ -307,7 +316,13 @@ class Tally:
                 self.in_flight += 1
                 self.peak = max(self.peak, self.in_flight)
                 self.rows[endpoint].append(body["messages"][0]["content"])
-            await asyncio.sleep(0.05)
+                if self.in_flight >= self.hold_until:
+                    self.reached = self.holding_over = True
+            deadline = time.monotonic() + self.patience_s
+            while not self.holding_over:
+                if time.monotonic() > deadline:
+                    self.holding_over = True  # gave up: the test fails on `reached`, without a hang
+                await asyncio.sleep(0.01)  # the other endpoint's loop may be the one that ends the hold
             with self.lock:
                 self.in_flight -= 1
             return web.json_response({"choices": [{"message": {"content": "ok"}}], "usage": {}})
@@ -323,7 +338,7 @@ def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
     from tasks.openai_client import endpoint_index
     from tasks.ray_runtime import ensure_ray
 
-    tally, started = Tally(), []
+    tally, started = Tally(hold_until=5), []  # one actor's gate admits 4
     try:
         urls = (serve(tally.handler(0), started), serve(tally.handler(1), started))
         cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_urls=urls, model="m", concurrency=4, actors=2))
@@ -339,7 +354,10 @@ def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
     for endpoint in (0, 1):  # each endpoint answered exactly the rows its key picks, each once
         assert sorted(tally.rows[endpoint]) == sorted(k for k in keys if endpoint_index(k, 1, 2) == endpoint)
         assert tally.rows[endpoint]
-    assert 4 < tally.peak <= 8  # more than one actor's gate was open at once, and no more than two
+    # the first answer waited until a second actor's request arrived beside the first actor's 4, and
+    # never were more in flight than two gates of 4 admit
+    assert tally.reached, "never more than 4 requests in flight: the second actor sent none beside the first"
+    assert 4 < tally.peak <= 8
 
 
 class FlakyVerifier(Writer):

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -22,31 +19,12 @@ import pytest
 import s3fs
 
 from dualview_core import samples
-from tests.integration.conftest import free_port, wait_for_port
+from tests.helpers.prefect_server import BIN, REPO, prefect_api, run_deployment, start, stop, wait_prefect_ready
+from tests.helpers.services import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 SECRETS = {"AWS_ACCESS_KEY_ID": "AKIADUALVIEWTEST", "AWS_SECRET_ACCESS_KEY": "dualview-secret-do-not-log",
            "OPENAI_API_KEY": "sk-dualview-do-not-log"}
-
-
-def start(cmd: list[str], log: Path, env: dict, port: int | None = None, timeout: float = 120) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
-    if port:
-        wait_for_port(port, proc, timeout)
-    return proc
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +44,7 @@ def services(tmp_path_factory):
                             "--port", str(mlflow_port), "--workers", "1"], root / "mlflow.log", env, mlflow_port))
         procs.append(start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)],
                            root / "prefect.log", env, prefect_port, timeout=180))
-        _wait_prefect_ready(env)
+        wait_prefect_ready(env)
         subprocess.run([str(BIN / "prefect"), "work-pool", "create", "dualview-process", "--type", "process"],
                        env=env, cwd=REPO, check=True, capture_output=True)
         # the Kubernetes pool with the cluster's base job template: pipeline-k8s's form is the user's
@@ -86,29 +64,8 @@ def services(tmp_path_factory):
             stop(proc)
 
 
-def _wait_prefect_ready(env: dict, timeout: float = 120) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(env["PREFECT_API_URL"] + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise TimeoutError("Prefect server not healthy")
-
-
-def _api(env: dict, code: str) -> str:
-    """Run a snippet against the Prefect API in a child process (its settings come from env)."""
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out.stdout.strip().splitlines()[-1]
-
-
 def _pause_schedules(env: dict, deployment: str) -> None:
-    _api(env, f"""
+    prefect_api(env, f"""
 from prefect.client.orchestration import get_client
 with get_client(sync_client=True) as c:
     d = c.read_deployment_by_name({deployment!r})
@@ -116,37 +73,6 @@ with get_client(sync_client=True) as c:
         c.update_deployment_schedule(d.id, s.id, active=False)
 print("ok")
 """)
-
-
-def run_deployment(env: dict, name: str, parameters: dict, job_variables: dict | None = None) -> dict:
-    """Trigger a deployment with custom parameters (and job variables) as the UI's custom run does and
-    wait for it: its final state, its logs, and the seconds from its start to its end."""
-    return json.loads(_api(env, f"""
-import json, time
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-from prefect.deployments import run_deployment
-from prefect.client.schemas.sorting import LogSort
-run = run_deployment({name!r}, parameters=json.loads({json.dumps(parameters)!r}),
-                     job_variables=json.loads({json.dumps(job_variables or {})!r}), timeout=2400, poll_interval=3)
-# the flow-run process ships its logs in the background: its state can be final before its last lines
-# are stored, so wait for the run's closing line
-deadline = time.monotonic() + 120
-with get_client(sync_client=True) as c:
-    while True:
-        logs, page = [], None
-        while page is None or len(page) == 200:  # the API's page size
-            page = c.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])), limit=200,
-                               offset=len(logs), sort=LogSort.TIMESTAMP_ASC)
-            logs += page
-        if any(l.task_run_id is None and l.message.startswith("Finished in state") for l in logs) or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    run = c.read_flow_run(run.id)
-took = (run.end_time - run.start_time).total_seconds() if run.start_time and run.end_time else None
-print(json.dumps({{"state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs],
-                  "seconds": took}}))
-"""))
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +201,7 @@ def _assert_no_secrets(parent, children, artifacts: list[str], logs: list[str]) 
 
 
 def _deployment_id(env: dict, name: str) -> str:
-    return _api(env, f"""
+    return prefect_api(env, f"""
 from prefect.client.orchestration import get_client
 with get_client(sync_client=True) as c:
     print(c.read_deployment_by_name({name!r}).id)
@@ -309,9 +235,9 @@ with get_client(sync_client=True) as c:
     deployment = c.read_deployment_by_name("pipeline/pipeline-k8s")
     runs = [r for r in c.read_flow_runs() if r.deployment_id == deployment.id]
 """
-    before = json.loads(_api(env, runs + "print(json.dumps([str(r.id) for r in runs]))"))
+    before = json.loads(prefect_api(env, runs + "print(json.dumps([str(r.id) for r in runs]))"))
     page.get_by_role("button", name="Submit").click()
-    sent = json.loads(_api(env, runs + f"""
+    sent = json.loads(prefect_api(env, runs + f"""
     deadline = time.monotonic() + 60
     while not (new := [r for r in c.read_flow_runs() if r.deployment_id == deployment.id and str(r.id) not in {before!r}]):
         assert time.monotonic() < deadline, "the form made no flow run"

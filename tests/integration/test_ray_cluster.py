@@ -21,11 +21,11 @@ import s3fs
 from prefect.testing.utilities import prefect_test_harness
 
 from dualview_core import samples
-from dualview_core.config import OpenAIEngineConfig, RayJobConfig, SeedSource, SynthesisConfig
+from dualview_core.config import DataSource, OpenAIEngineConfig, RayJobConfig, SynthesisConfig
 from flows.synthesize import synthesize
 from tasks.synthesis import UNCHANGED, run_synthesis
-from tests.integration.conftest import s3_requests
-from tests.integration.ray_cluster import LocalCluster, start_cluster
+from tests.helpers.services import s3_requests
+from tests.helpers.ray_cluster import LocalCluster, start_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ENGINE_ACTOR = "MapWorker"  # Ray Data's actor class for a map_batches stage's actor pool
@@ -79,7 +79,7 @@ class KillAWorkingNode(threading.Thread):
     def run(self) -> None:
         try:
             self._watch()
-        except Exception as exc:  # noqa: BLE001 -- reported by the test, not lost with the thread
+        except Exception as exc:
             self.error = exc
 
     def _watch(self) -> None:
@@ -106,13 +106,13 @@ def record_keys(fs: s3fs.S3FileSystem, records: str) -> list[str]:
 
 
 @pytest.fixture
-def bucket(s3_options) -> tuple[s3fs.S3FileSystem, str, SeedSource]:
+def bucket(s3_options) -> tuple[s3fs.S3FileSystem, str, DataSource]:
     """A fresh bucket holding the bundled seeds; the flow reads them, and writes its output, there."""
     fs = s3fs.S3FileSystem(**s3_options)
     name = f"cluster-{uuid.uuid4().hex[:8]}"
     fs.mkdir(name)
     fs.put(samples.seeds_path(), f"{name}/seeds/seeds.jsonl")
-    return fs, name, SeedSource(path=f"s3://{name}/seeds/", storage_options=s3_options)
+    return fs, name, DataSource(path=f"s3://{name}/seeds/", storage_options=s3_options)
 
 
 def test_a_ray_job_on_three_nodes_survives_a_killed_worker_node(harness, cluster, vllm_server, bucket, s3_log):

@@ -27,10 +27,10 @@ import s3fs
 
 from dualview_core import samples
 from dualview_core.profiles import resolve
-from tests.integration.conftest import THROWAWAY_AWS, free_port
-from tests.integration.mlflow_auth import MlflowAuthServer, mlflow_auth_server
-from tests.integration.ray_cluster import LocalCluster, start_cluster
-from tests.integration.test_orchestration import BIN, REPO, _wait_prefect_ready, run_deployment, start, stop
+from tests.helpers.services import THROWAWAY_AWS, free_port
+from tests.helpers.mlflow_auth import MlflowAuthServer, mlflow_auth_server
+from tests.helpers.ray_cluster import LocalCluster, start_cluster
+from tests.helpers.prefect_server import BIN, REPO, run_deployment, start, stop, wait_prefect_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ENGINE_ACTOR = "MapWorker"  # Ray Data's actor class for a map_batches stage's actor pool
@@ -66,7 +66,7 @@ def topology(s3_server, tmp_path_factory):
         try:
             procs.append(start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)],
                                root / "prefect.log", env, prefect_port, timeout=180))
-            _wait_prefect_ready(env)
+            wait_prefect_ready(env)
             pool = _run(env, "prefect", "work-pool", "create", "dualview-process", "--type", "process")
             assert pool.returncode == 0, pool.stdout + pool.stderr
             deploy = _run(env, "prefect", "--no-prompt", "deploy", "--name", "pipeline")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import kill_session
+from tests.helpers.services import kill_session
 
 from dualview_core import samples
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig, SynthesisConfig
@@ -174,7 +174,7 @@ def test_a_row_group_that_cannot_be_read_fails_the_run_with_one_line_and_nothing
     """The first pass reads the seeds in Ray Data tasks: a chunk that cannot be read is the same
     one-line SourceError the sequential reader gives (the CLI's exit 2), not Ray's traceback."""
     from dualview_core.sources import SourceError
-    from tests.factories import promptriever_row, write_parquet
+    from tests.helpers.factories import promptriever_row, write_parquet
 
     path = write_parquet(tmp_path / "seeds.parquet", [promptriever_row(f"q{i}") for i in range(40)], row_group_size=10)
     data = bytearray(path.read_bytes())

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from dualview_core import samples
-from tests.integration.conftest import kill_session, serve, stop_serving
+from tests.helpers.services import kill_session, serve, stop_serving
 
 VARIANTS = 64  # x 66 eligible sample seeds = 4,224 rows
 SHARD_ROWS = 512

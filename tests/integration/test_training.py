@@ -7,7 +7,7 @@
 - `dualview train` makes a checkpoint for every mixture (one ZeRO stage each, 3 included), and bad
   requests fail before any model is loaded.
 
-Dual views here are hand-written test fixtures (conftest's `sample`), not synthesis.
+Dual views here are hand-written test fixtures (the `sample` fixture of tests/conftest.py), not synthesis.
 """
 
 from __future__ import annotations
@@ -26,13 +26,11 @@ from dualview_core.separation import pairs_of
 from flows.cli import main
 from tasks.train_worker import load_mixture, run
 from tasks.training import LOSS, LR, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
-from tests.integration.conftest import running_with
+from tests.helpers.samples import CHECKPOINT_FILES
+from tests.helpers.services import running_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
-                    "1_Pooling/config.json", "sentence_bert_config.json", "config_sentence_transformers.json",
-                    "dualview.json"}
 SMALL = {"max_length": 64, "negatives": 3, "learning_rate": 5e-5}
 
 

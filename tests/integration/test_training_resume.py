@@ -30,7 +30,7 @@ from flows.cli import main
 from tasks.train_output import OutputExists
 from tasks.train_worker import run
 from tasks.training import LOSS
-from tests.integration.conftest import running_with
+from tests.helpers.services import running_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

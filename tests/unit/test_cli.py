@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from flows.cli import main
-from tests.factories import promptriever_row, write_jsonl
+from tests.helpers.factories import promptriever_row, write_jsonl
 
 
 def run(capsys, *argv) -> tuple[int, dict | None, str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from dualview_core.contracts import EVAL_QRELS, QUARANTINE, SEED_ROW, ContractError, SeedRow, conform
+from dualview_core.contracts import EVAL_QRELS, QUARANTINE, SEED_ROW, ContractError, conform
 from dualview_core.io import read_table, write_table
 from dualview_core.loading import read_seeds
-from tests.factories import promptriever_row, write_jsonl
+from tests.helpers.factories import promptriever_row, write_jsonl
 
 
 def test_conform_orders_casts_and_drops_extra_columns():
@@ -38,9 +38,7 @@ def test_seed_rows_round_trip_through_parquet_and_records(tmp_path):
     assert write_table(str(path), seeds, SEED_ROW) == 1
     back = read_table(str(path), SEED_ROW)
     assert back.equals(seeds)
-    record = SeedRow.from_dict(back.to_pylist()[0])
-    assert record.instruction_negatives[0].doc_id == "q1-i0"
-    assert record.as_dict() == back.to_pylist()[0]
+    assert back.to_pylist()[0]["instruction_negatives"][0]["doc_id"] == "q1-i0"
 
 
 def test_a_failed_write_leaves_no_file(tmp_path):
@@ -48,3 +46,14 @@ def test_a_failed_write_leaves_no_file(tmp_path):
     with pytest.raises(ContractError):
         write_table(str(path), pa.table({"source": ["x"]}), QUARANTINE)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_engine_result_record_and_its_schema_name_the_same_columns_in_order():
+    from dualview_core.contracts import ENGINE_RESULT
+    from dualview_core.synthesis import EngineResult
+    from tasks.engines import result_row
+
+    assert list(EngineResult.__slots__) == ENGINE_RESULT.names
+    row = result_row({"cache_key": "k", "raw_response": "<answer>x</answer>", "prompt_tokens": 3, "extra": 1})
+    assert list(row) == ENGINE_RESULT.names and row["attempts"] == 1 and row["error"] is None
+    assert pa.Table.from_pylist([row], schema=ENGINE_RESULT).num_rows == 1

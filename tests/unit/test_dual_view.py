@@ -9,7 +9,7 @@ from dualview_core.contracts import DUAL_VIEW_ROW, conform
 from dualview_core.dual_view import make_dual_view
 from dualview_core.seeds import SeedValidator
 from dualview_core.sources import RawRow
-from tests.factories import promptriever_row
+from tests.helpers.factories import promptriever_row
 
 
 @pytest.fixture

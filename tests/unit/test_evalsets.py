@@ -7,7 +7,7 @@ import pytest
 from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EVAL_TOP_RANKED, Reason
 from dualview_core.evalsets import load_eval_set
 from dualview_core.sources import SourceError
-from tests.factories import write_jsonl, write_parquet
+from tests.helpers.factories import write_jsonl, write_parquet
 
 DOCS = [{"_id": f"d{i}", "title": f"T{i}", "text": f"text {i}"} for i in range(5)]
 OG = {"q1": {"d0": 1, "d1": 1, "d2": 0}, "q2": {"d3": 1, "d4": 0}}

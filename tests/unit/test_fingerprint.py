@@ -7,7 +7,7 @@ import os
 import pytest
 
 from dualview_core.sources import SourceError, source_fingerprint
-from tests.factories import write_jsonl
+from tests.helpers.factories import write_jsonl
 
 
 def test_fingerprint_changes_on_rewrite_and_not_on_reading(tmp_path, rows):

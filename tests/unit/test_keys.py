@@ -8,7 +8,7 @@ import pytest
 
 from dualview_core.keys import content_digest
 from dualview_core.loading import read_seeds
-from tests.factories import promptriever_row, write_jsonl, write_parquet
+from tests.helpers.factories import promptriever_row, write_jsonl, write_parquet
 
 
 def keys_by_id(path) -> dict[tuple[str, bool], str]:

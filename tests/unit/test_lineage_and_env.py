@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dualview_core.config import EvaluationConfig, SeedSource, TrainingConfig
+from dualview_core.config import EvaluationConfig, DataSource, TrainingConfig
 from flows.commands import FOLDER_VARIABLES, apply_project_env
 from tasks.evaluation import MeteredEncoder
-from tasks.lineage import (
+from tasks.runs import (
     BASE_MODEL,
     KIND,
     MODEL,
@@ -24,7 +24,7 @@ from tasks.lineage import (
 
 
 def test_an_evaluate_run_names_only_what_it_evaluated():
-    tags, params = evaluate_lineage("/models/x", SeedSource(path="/evals/core17"), EvaluationConfig())
+    tags, params = evaluate_lineage("/models/x", DataSource(path="/evals/core17"), EvaluationConfig())
     assert tags[KIND] == "evaluate" and tags[MODEL] == "/models/x"
     assert SYNTHESIS_MODEL not in tags and BASE_MODEL not in tags
     assert params["model"] == "/models/x" and "evaluation.max_length" in params
@@ -34,7 +34,7 @@ def test_an_evaluate_run_names_only_what_it_evaluated():
 def test_a_train_run_names_the_synthesis_model_found_in_its_dual_views(tmp_path):
     path = tmp_path / "dual_views.parquet"
     pq.write_table(pa.table({"model_id": ["qwen3-next", "qwen3-next", "smollm2"], "prompt_version": ["p1"] * 3}), path)
-    tags, params = train_lineage(TrainingConfig(model="minilm"), SeedSource(path="/s.jsonl"), str(path), {})
+    tags, params = train_lineage(TrainingConfig(model="minilm"), DataSource(path="/s.jsonl"), str(path), {})
     assert tags[KIND] == "train" and tags[BASE_MODEL] == "minilm"
     assert tags[SYNTHESIS_MODEL] == "qwen3-next,smollm2" and tags[PROMPT_VERSION] == "p1"
     assert params["dual_views"] == str(path) and "training.temperature" in params

@@ -30,7 +30,6 @@ from dualview_core.metrics import (
     robustness_at_10,
     score_measure_for,
     unscored_queries,
-    weighted_mean,
 )
 
 # --- mteb's published unit cases (tests of calculate_pmrr) --------------------------------------
@@ -183,11 +182,6 @@ def test_robustness_at_10_is_the_worst_variant_per_group():
     ndcg = {"q1-a": 0.8, "q1-b": 0.5, "q2-a": 0.9}
     groups = {"q1-a": "q1", "q1-b": "q1", "q2-a": "q2"}
     assert robustness_at_10(ndcg, groups) == {"q1": 0.5, "q2": 0.9}
-
-
-def test_weighted_mean_weights_splits_by_size():
-    assert weighted_mean([(0.5, 10), (1.0, 30)]) == pytest.approx(0.875)
-    assert math.isnan(weighted_mean([]))
 
 
 def test_metric_keys():

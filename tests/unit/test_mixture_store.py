@@ -11,7 +11,7 @@ from dualview_core.mixture_store import _Mapped, build_store, open_store
 from dualview_core.mixtures import build_mixture
 from dualview_core.negatives import available, block_width, make_batch
 from dualview_core.training_rows import rank_batches
-from tests.unit.test_mixtures import make_seeds, make_views
+from tests.helpers.factories import make_seeds, make_views
 
 
 @pytest.fixture(scope="module")

@@ -10,27 +10,9 @@ from pydantic import ValidationError
 
 from dualview_core.config import MixtureConfig
 from dualview_core.contracts import SEED_ROW
-from dualview_core.dual_view import make_dual_view
 from dualview_core.mixtures import BUILDERS, MixtureError, build_mixture
-from dualview_core.seeds import SeedValidator
-from dualview_core.sources import RawRow
 from dualview_core.training_rows import Source
-from tests.factories import promptriever_row
-
-
-def make_seeds(n: int) -> list[dict]:
-    """n instruct rows q0..q{n-1} with their non-instruct twins."""
-    validator = SeedValidator()
-    raw = [promptriever_row(f"q{i}", instruct=flag) for i in range(n) for flag in (True, False)]
-    return [validator.check(RawRow(i, r)) for i, r in enumerate(raw)]
-
-
-def make_views(seeds: list[dict], only: set[str] | None = None) -> list[dict]:
-    """Hand-written dual views (a test fixture, not synthesis output), one per instruct seed."""
-    return [
-        make_dual_view(s, f"Only industrial storage for {s['query_id']}.", prompt_version="p", model_id="fixture")
-        for s in seeds if s["has_instruction"] and (only is None or s["query_id"] in only)
-    ]
+from tests.helpers.factories import make_seeds, make_views
 
 
 def mix(seeds, views, **kw):

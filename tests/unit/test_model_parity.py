@@ -1,6 +1,6 @@
 """Parity: every folder sentence-transformers 6.2 saves is embedded exactly as it embeds it.
 
-Folders (tests/st_folders.py): each pooling mode, a Dense layer, prompts left out of pooling, no
+Folders (tests/helpers/st_folders.py): each pooling mode, a Dense layer, prompts left out of pooling, no
 Normalize, the older pooling keys. Fast: a few texts per folder. Slow: every text of the bundled
 FollowIR sample, and the `dualview evaluate` CLI's og-run scores against sentence-transformers cosines.
 """
@@ -19,7 +19,7 @@ from dualview_core.retrieval import doc_text
 from dualview_core.samples import followir_path
 from dualview_core.trec import read_run
 from flows.cli import main
-from tests.st_folders import PROMPTS, VARIANTS
+from tests.helpers.st_folders import PROMPTS, VARIANTS
 
 TEXTS = ["a short one", "a considerably longer sentence about wind turbines in the North Sea, with numbers 1 2 3",
          "mid length text here", "x"]

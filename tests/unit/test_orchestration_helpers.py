@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from dualview_core.config import OpenAIEngineConfig, PipelineConfig, SeedSource, SweepConfig, SynthesisConfig
+from dualview_core.config import OpenAIEngineConfig, PipelineConfig, DataSource, SweepConfig, SynthesisConfig
 from dualview_core.stats import Interval
-from tasks.stages import sweep_points, synthesis_slot
+from dualview_core.sweep import points as sweep_points
+from tasks.stages import synthesis_slot
 from tasks.summary import comparison_table, sweep_figure
 from tasks.tracking import flatten
 
 
 def test_sweep_grid_expands_ratios_only_for_the_ratio_mixture():
-    points = sweep_points(SweepConfig(mixtures=("all-dv", "ratio"), ratios=(0.0, 0.5), seeds=(0, 1)))
+    points = sweep_points(SweepConfig(mixtures=("all-dv", "ratio"), ratios=(0.0, 0.5), random_seeds=(0, 1)))
     assert [p["name"] for p in points] == ["all-dv-s0", "all-dv-s1", "ratio-r0-s0", "ratio-r0-s1", "ratio-r0.5-s0", "ratio-r0.5-s1"]
 
 
 def test_params_are_flat_and_hold_no_secret():
     cfg = PipelineConfig(
-        seeds=SeedSource(path="s3://bucket/seeds.jsonl", storage_options={
+        seeds=DataSource(path="s3://bucket/seeds.jsonl", storage_options={
             "key": "AKIA-SECRET", "secret": "s3cr3t", "token": "t0k3n",
             "client_kwargs": {"endpoint_url": "http://127.0.0.1:9000", "aws_secret_access_key": "s3cr3t"}}),
         synthesis=SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(api_key_env="MY_KEY_VAR")),

@@ -20,7 +20,7 @@ NASTY = [
     (f"<answer><new_instruction>{OK}</answer>", OK, None),
     (f"<new_instruction>{OK}</new_instruction>", OK, None),  # wrapper dropped
     (f"<ANSWER><NEW_INSTRUCTION>{OK}</NEW_INSTRUCTION></ANSWER>", OK, None),
-    (f"<answer><new_instruction>\n   Only   documents\tabout offshore\u200b wind farms.  \n</new_instruction></answer>", OK, None),
+    ("<answer><new_instruction>\n   Only   documents\tabout offshore\u200b wind farms.  \n</new_instruction></answer>", OK, None),
     ("<answer><new_instruction>“Only ﬁles from 2020.”</new_instruction></answer>", "Only files from 2020.", None),
     ("<answer>None</answer>", None, Rejection.NONE),
     ("<answer> none. </answer>", None, Rejection.NONE),

@@ -19,7 +19,7 @@ from dualview_core.loading import read_seeds
 from dualview_core.plan import PlanBuilder, PlanRows, with_calls
 from dualview_core.seeds import select_synthesis_seeds, validate
 from dualview_core.sources import iter_raw
-from tests.factories import promptriever_row, write_jsonl, write_parquet
+from tests.helpers.factories import promptriever_row, write_jsonl, write_parquet
 
 
 def messy_rows() -> list:

@@ -9,11 +9,12 @@ import pytest
 import yaml
 
 import profiles
-from dualview_core import cluster
-from dualview_core.config import ClusterConfig, PipelineConfig, SeedSource, SweepConfig, SynthesisConfig, TrainingConfig
+from profiles import cluster
+from dualview_core.config import DataSource, PipelineConfig, SweepConfig, SynthesisConfig, TrainingConfig
+from profiles.cluster import ClusterConfig
 from dualview_core.profiles import (
-    EvaluationOverrides, PipelineOverrides, ProfileError, SeedSourceOverrides, SweepOverrides, SynthesisOverrides,
-    TrainingOverrides, explicit, for_evaluation, for_sweep, for_synthesis, for_training, merge, resolve, synthesis_dir,
+    EvaluationOverrides, PipelineOverrides, ProfileError, DataSourceOverrides, SweepOverrides, SynthesisOverrides,
+    TrainingOverrides, explicit, for_evaluation, for_sweep, for_synthesis, for_training, merge, resolve,
 )
 from flows.commands import PROJECT_ROOT
 
@@ -37,7 +38,7 @@ def test_merge_is_deep_and_replaces_leaves():
 
 
 def test_a_field_the_caller_set_wins_and_nothing_else_changes():
-    mine = PipelineConfig(seeds=SeedSource(path="s3://team/seeds/"))
+    mine = PipelineConfig(seeds=DataSource(path="s3://team/seeds/"))
     assert explicit(mine) == {"seeds": {"path": "s3://team/seeds/"}}
     got = resolve("cluster", explicit(mine))
     assert got.seeds.path == "s3://team/seeds/"
@@ -67,7 +68,7 @@ def test_a_form_sending_every_field_empty_but_the_seeds_path_changes_only_the_se
 
 
 def test_code_may_pass_the_config_models_where_flows_take_overrides():
-    given = PipelineOverrides.model_validate(PipelineConfig(seeds=SeedSource(path="a"), training=TrainingConfig(max_steps=3)))
+    given = PipelineOverrides.model_validate(PipelineConfig(seeds=DataSource(path="a"), training=TrainingConfig(max_steps=3)))
     assert explicit(given) == {"seeds": {"path": "a"}, "training": {"max_steps": 3}}
     with pytest.raises(ValueError, match="extra"):
         PipelineOverrides.model_validate({"seeds": {"pth": "a"}})  # a misspelt field is refused
@@ -104,7 +105,7 @@ def effective(deployment: dict, run: dict | None = None) -> dict:
     params = {**(deployment.get("parameters") or {}), **(run or {})}
     profile = params.get("profile", "cpu")
     flow = deployment["entrypoint"].rsplit(":", 1)[1]
-    seeds = SeedSourceOverrides.model_validate(params.get("seeds") or {})
+    seeds = DataSourceOverrides.model_validate(params.get("seeds") or {})
     if flow in ("synthesize", "watch_seeds"):
         cfg = SynthesisOverrides.model_validate(params.get("config") or {})
         seeds, out, synthesis = for_synthesis(profile, seeds, params.get("out"), cfg)
@@ -113,10 +114,10 @@ def effective(deployment: dict, run: dict | None = None) -> dict:
         cfg = TrainingOverrides.model_validate(params.get("config") or {})
         p = for_training(profile, seeds, cfg, params.get("processes"), params.get("tracking_uri"))
         return {"seeds": p.seeds, "training": p.training, "processes": p.train_processes, "tracking_uri": p.tracking_uri,
-                "dual_views": f"{synthesis_dir(p)}/dual_views.parquet"}
+                "dual_views": p.layout().dual_views}
     if flow == "evaluate":
         cfg = EvaluationOverrides.model_validate(params.get("config") or {})
-        p = for_evaluation(profile, SeedSourceOverrides.model_validate(params.get("eval_set") or {}), cfg,
+        p = for_evaluation(profile, DataSourceOverrides.model_validate(params.get("eval_set") or {}), cfg,
                            params.get("tracking_uri"))
         return {"eval_set": p.eval_set, "evaluation": p.evaluation, "model": params.get("model") or p.training.model,
                 "tracking_uri": p.tracking_uri}

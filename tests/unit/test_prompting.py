@@ -7,7 +7,7 @@ import pytest
 from dualview_core.prompting import default_template, prompt_version, render
 from dualview_core.seeds import SeedValidator
 from dualview_core.sources import RawRow
-from tests.factories import promptriever_row
+from tests.helpers.factories import promptriever_row
 
 
 def seed(query_id: str, n_inst_neg: int = 3) -> dict:

@@ -9,7 +9,7 @@ from dualview_core.contracts import SEED_ROW, Reason, Rejected
 from dualview_core.loading import read_seeds, stream_seeds
 from dualview_core.seeds import SeedValidator, select_synthesis_seeds
 from dualview_core.sources import RawRow
-from tests.factories import promptriever_row, write_jsonl
+from tests.helpers.factories import promptriever_row, write_jsonl
 
 
 def check(row, cfg: ValidationConfig | None = None):

@@ -7,7 +7,7 @@ import pytest
 
 from dualview_core.loading import read_seeds
 from dualview_core.sources import SourceError, iter_raw
-from tests.factories import write_jsonl, write_parquet
+from tests.helpers.factories import write_jsonl, write_parquet
 
 
 def seeds_of(path) -> list[dict]:

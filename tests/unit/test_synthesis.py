@@ -10,7 +10,7 @@ from dualview_core.parsing import Parsed, Rejection
 from dualview_core.seeds import SeedValidator
 from dualview_core.sources import RawRow
 from dualview_core.synthesis import CostSummary, EngineResult, WorkItem, cache_key, is_final, plan, record
-from tests.factories import promptriever_row
+from tests.helpers.factories import promptriever_row
 
 SAMPLING = {"temperature": 0.0, "max_tokens": 64}
 ASK = {"prompt_version": "v1", "model_id": "m", "sampling": SAMPLING}

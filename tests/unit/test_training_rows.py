@@ -16,7 +16,7 @@ from dualview_core.training_rows import (
     rank_batches,
     total_steps,
 )
-from tests.factories import promptriever_row
+from tests.helpers.factories import promptriever_row
 
 
 @pytest.fixture

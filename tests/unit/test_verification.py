@@ -9,7 +9,7 @@ from dualview_core.prompting import prompt_version
 from dualview_core.seeds import SeedValidator
 from dualview_core.sources import RawRow
 from dualview_core.verification import Verdict, default_template, parse_verdict, render, verdict_rejection, verify_key
-from tests.factories import promptriever_row
+from tests.helpers.factories import promptriever_row
 
 YES = "<verdict><satisfies>yes</satisfies><violates>yes</violates><on_topic>yes</on_topic></verdict>"
 

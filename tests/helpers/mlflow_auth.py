@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import THROWAWAY_AWS, free_port, wait_for_port
+from tests.helpers.services import THROWAWAY_AWS, free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "infra" / "mlflow" / "mlflow.yaml"

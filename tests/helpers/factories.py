@@ -1,13 +1,16 @@
-"""Hand-made Promptriever rows and small file writers for tests."""
+"""Hand-made Promptriever rows, validated seeds and fixture dual views, and small file writers for tests."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from dualview_core.dual_view import make_dual_view
+from dualview_core.seeds import SeedValidator
+from dualview_core.sources import RawRow
 
 
 def passage(doc_id: str, text: str, title: str = "") -> dict:
@@ -43,3 +46,16 @@ def write_parquet(path: Path, rows: list[dict], row_group_size: int | None = Non
     return path
 
 
+def make_seeds(n: int) -> list[dict]:
+    """n instruct rows q0..q{n-1} with their non-instruct twins."""
+    validator = SeedValidator()
+    raw = [promptriever_row(f"q{i}", instruct=flag) for i in range(n) for flag in (True, False)]
+    return [validator.check(RawRow(i, r)) for i, r in enumerate(raw)]
+
+
+def make_views(seeds: list[dict], only: set[str] | None = None) -> list[dict]:
+    """Hand-written dual views (a test fixture, not synthesis output), one per instruct seed."""
+    return [
+        make_dual_view(s, f"Only industrial storage for {s['query_id']}.", prompt_version="p", model_id="fixture")
+        for s in seeds if s["has_instruction"] and (only is None or s["query_id"] in only)
+    ]

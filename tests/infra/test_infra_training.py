@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from dualview_core import cluster
+from profiles import cluster
 from dualview_core.ds_config import deepspeed_config, precision
-from tests.unit.test_infra import CFG, INFRA, find, load_objects
+from tests.helpers.infra import CFG, INFRA, find, load_objects
 
 JOB = load_objects(INFRA / "training" / "train-job.yaml")[0]
 TRAINER = JOB["spec"]["template"]["spec"]["containers"][0]

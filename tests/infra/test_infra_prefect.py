@@ -16,8 +16,8 @@ import jsonschema
 import pytest
 import yaml
 
-from dualview_core import cluster
-from tests.unit.test_infra import CFG, INFRA, KUBERNETES_VERSIONS, ROOT, find, pyproject_pin, validate_k8s
+from profiles import cluster
+from tests.helpers.infra import CFG, INFRA, KUBERNETES_VERSIONS, ROOT, find, pyproject_pin, validate_k8s
 
 TEMPLATE = json.loads((INFRA / "prefect" / "k8s-work-pool.json").read_text())
 VARIABLES = TEMPLATE["variables"]["properties"]

@@ -11,9 +11,9 @@ import jsonschema
 import pytest
 from kubernetes_validate.utils import schema_contents
 
-from dualview_core import cluster
-from dualview_core.config import ClusterConfig
-from tests.unit.test_infra import CFG, INFRA, KUBERNETES_VERSIONS, ROOT, find, pod_specs, pyproject_pin
+from profiles import cluster
+from profiles.cluster import ClusterConfig
+from tests.helpers.infra import CFG, INFRA, KUBERNETES_VERSIONS, ROOT, find, pod_specs, pyproject_pin
 
 RAY = find("RayCluster", CFG.ray_cluster)
 SCHEMA = json.loads((INFRA / "schemas" / "raycluster-v1.schema.json").read_text())

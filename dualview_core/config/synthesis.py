@@ -1,0 +1,249 @@
+"""Synthesis: the engines (vLLM, an OpenAI-compatible endpoint, the reference engine), decoding,
+guards, and how a run reaches Ray. The `synthesize` flow's form."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from dualview_core.config.base import ConfigModel
+
+
+class GuardConfig(ConfigModel):
+    """Content rules for a synthesized instruction (see parsing.guard)."""
+
+    max_sentences: int = Field(
+        2, ge=1, description="The method asks for one or two imperative sentences; longer answers are "
+        "usually the model explaining itself."
+    )
+    max_chars: int = Field(
+        400, gt=0, description="A hard length bound, for run-on sentences the sentence count misses."
+    )
+    max_similarity: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Word-sequence similarity to the original instruction at or above which the new "
+        "one counts as a rewording. Lower is stricter (more rejections, more diverse instructions).",
+    )
+
+
+class SamplingConfig(ConfigModel):
+    """Decoding settings. They are part of every cache key: change one and answers are redone."""
+
+    temperature: float = Field(0.0, ge=0, description="0 = greedy: reproducible answers, and a re-run costs nothing.")
+    max_tokens: int = Field(
+        1024, gt=0, description="Room for the answer (and any reasoning before it). Too small truncates answers."
+    )
+    repetition_penalty: float = Field(1.0, gt=0, description=">1 discourages loops; tiny models need it.")
+    stop: tuple[str, ...] = Field((), description="Stop strings; with a prefill, stop at the closing tag.")
+    prefill: str = Field(
+        "",
+        description="Text the assistant's reply is made to start with (e.g. '<answer><new_instruction>'). "
+        "Keeps small models in the answer format; large models do not need it.",
+    )
+    seed: int = Field(0, description="Sampling seed, for temperature > 0.")
+
+    def engine_params(self) -> dict:
+        """The parameters an engine receives (the prefill is part of the messages, not of these)."""
+        params = {"temperature": self.temperature, "max_tokens": self.max_tokens,
+                  "repetition_penalty": self.repetition_penalty, "seed": self.seed}
+        return params | ({"stop": list(self.stop)} if self.stop else {})
+
+
+class VLLMEngineConfig(ConfigModel):
+    """vLLM through Ray Data's LLM processor. Defaults: the CPU profile (laptops, CI)."""
+
+    model: str = Field(
+        "smollm2",
+        description="A Hugging Face id or folder. 'smollm2' is the packaged SmolLM2-135M-Instruct, converted "
+        "once from GGUF into a cached folder. Production: Qwen/Qwen3-Next-80B-A3B-Instruct.",
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per replica; 4 for the 80B model in BF16 on 80 GB GPUs.")
+    replicas: int = Field(1, ge=1, description="Engine replicas (data parallel). Each takes tensor_parallel_size GPUs.")
+    batch_size: int = Field(
+        8, gt=0, description="Rows per engine batch. Small, so that one long answer holds up few others: a batch "
+        "goes back to Ray Data only when its last row is done. (On 2 CPU cores 8 x 2 and 4 x 4 answer at the same "
+        "rate: 2.00 and 1.92 rows/s in steady state, benchmarks/synthesis_overhead.py.)",
+    )
+    max_concurrent_batches: int = Field(
+        2, gt=0, description="Batches in flight per replica. batch_size x this is what the engine can decode at "
+        "once; it must reach max_num_seqs, or the engine waits for rows while it has room.",
+    )
+    max_num_seqs: int | None = Field(
+        16, gt=0, description="Sequences vLLM decodes together (its own default: None). CPU profile: 16; a 1 GiB KV cache "
+        "holds 23k tokens of the packaged model, ~19 rows of ~1.2k tokens. Production: 512, ~0.1 GiB each of the "
+        "~139 GiB a TP-4 replica has left for caches.",
+    )
+    dtype: str = Field("float32", description="float32 on CPU (bfloat16 flips greedy answers of tiny models); bfloat16 on GPU.")
+    enforce_eager: bool = Field(True, description="No CUDA graphs / compilation: required on CPU, slower on GPU.")
+    max_model_len: int = Field(2048, gt=0, description="Prompt + answer tokens. The prompt with 3 passages is ~1.2k tokens.")
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse the static prompt prefix across rows. Hybrid models (Qwen3-Next) may not support it."
+    )
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU only: share of memory vLLM may take.")
+    cpu: bool = Field(
+        True,
+        description="CPU profile: a 1-CPU placement bundle for the engine, 0.1 CPU for every helper stage "
+        "(on 2 cores, whole-CPU stages deadlock), vLLM tokenizing in the engine and using every core.",
+    )
+    kv_cache_gib: int = Field(1, gt=0, description="CPU only: KV-cache budget (VLLM_CPU_KVCACHE_SPACE).")
+
+    @model_validator(mode="after")
+    def _engine_can_be_fed(self) -> VLLMEngineConfig:
+        """Ray's guidance for its vLLM stage: small batches, enough of them in flight to fill the engine."""
+        in_flight = self.batch_size * self.max_concurrent_batches
+        if self.max_num_seqs is not None and in_flight < self.max_num_seqs:
+            raise ValueError(f"vllm: batch_size {self.batch_size} x max_concurrent_batches {self.max_concurrent_batches} "
+                             f"= {in_flight} rows in flight, but the engine decodes up to max_num_seqs {self.max_num_seqs} "
+                             f"at once: raise max_concurrent_batches to {-(-self.max_num_seqs // self.batch_size)}")
+        return self
+
+
+class OpenAIEngineConfig(ConfigModel):
+    """Any OpenAI-compatible chat endpoint (e.g. a vLLM server)."""
+
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="Endpoint root, ending in /v1.")
+    base_urls: tuple[str, ...] = Field(
+        (), description="Several endpoint roots serving the same model; when set, they replace `base_url`. Each "
+        "row goes to one, picked from its cache key (a re-run asks the same one); each retry moves to the next, "
+        "so the rows of an endpoint that fails are answered by the others. Not part of the cache key.",
+    )
+    actors: int = Field(
+        1, gt=0, description="Engine actors, each with its own connection pool and `concurrency` requests in "
+        "flight (actors x concurrency in all). More actors spread the client's CPU over cores and nodes; each "
+        "asks Ray for a tenth of a CPU, so they never starve Ray Data's other stages on a small machine.",
+    )
+    model: str = Field("smollm2", description="The served model name; it is part of every cache key.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Name of the environment variable holding the API key (the key itself never enters "
+        "config, logs or outputs). Unset = no Authorization header.",
+    )
+    concurrency: int = Field(8, gt=0, description="Requests in flight. Match it to what the server can batch.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
+    max_attempts: int = Field(4, ge=1, description="Tries per row on timeouts, connection errors, 429 and 5xx.")
+    backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles per attempt, with jitter.")
+    context_length: int | None = Field(
+        None, gt=0, description="The served model's context (prompt + answer tokens). With `tokenizer`, a row "
+        "whose prompt + max_tokens exceeds it is rejected (prompt_too_long) without a call. None: not checked "
+        "here; the server's own refusal is recorded as prompt_too_long.",
+    )
+    tokenizer: str | None = Field(
+        None, description="A Hugging Face tokenizer (id, folder, or 'smollm2') matching the served model, used "
+        "with its chat template to count prompt tokens for `context_length`.",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_endpoints(self) -> OpenAIEngineConfig:
+        roots = [u.rstrip("/") for u in self.base_urls]
+        if len(set(roots)) != len(roots) or not all(roots):
+            raise ValueError(f"openai.base_urls must be distinct, non-empty endpoint roots, got {list(self.base_urls)}")
+        return self
+
+    def endpoints(self) -> tuple[str, ...]:
+        """The endpoint roots rows are spread over, without a trailing slash: `base_urls`, else `base_url`."""
+        return tuple(u.rstrip("/") for u in self.base_urls or (self.base_url,))
+
+
+class ReferenceEngineConfig(ConfigModel):
+    """The reference engine, for controlled benchmarks only (the method check): it writes the known
+    correct reversed instruction from a world's metadata (`dualview_core.world`), not from a model."""
+
+    world: str | None = Field(
+        None, description="The world.json written with the seeds (`World.write`). Seeds it does not "
+        "describe get an engine error, never an invented answer.",
+    )
+
+
+class RayJobConfig(ConfigModel):
+    """Synthesis submitted as a Ray Job: the driver runs on the cluster (its head, by Ray's default),
+    and the Prefect task only submits it, follows its status and log, and reads the summary the run
+    wrote under `out`. A submitting pod that goes away loses nothing; the job runs on."""
+
+    address: str = Field(
+        description="The cluster's job API (the dashboard), e.g. http://dualview-head-svc.dualview.svc.cluster.local:8265.",
+    )
+    poll_s: float = Field(2.0, gt=0, description="Seconds between two looks at the job's status and log.")
+    tail_lines: int = Field(
+        40, gt=0, description="Log lines quoted in the error when the job fails (the traceback's end is there).",
+    )
+
+
+class SynthesisConfig(ConfigModel):
+    """Polarity-reversal synthesis: which engine, how to decode, what to accept."""
+
+    engine: Literal["vllm", "openai", "reference"] = Field(
+        "vllm", description="Which engine writes the instructions. 'reference' exists only for controlled "
+        "benchmarks whose correct answers are known (benchmarks/method_check.py), never for real seeds.",
+    )
+    vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig)
+    openai: OpenAIEngineConfig = Field(default_factory=OpenAIEngineConfig)
+    reference: ReferenceEngineConfig = Field(default_factory=ReferenceEngineConfig)
+    sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(
+            max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
+            stop=("</new_instruction>", "</answer>", "\n\n"),
+        ),
+        description="Defaults suit the tiny CPU model; profiles/cluster.yaml has the 80B model's.",
+    )
+    guards: GuardConfig = Field(default_factory=GuardConfig)
+    verify: bool = Field(
+        False, description="A second call per accepted row asking the model whether the new positive meets "
+        "I_new, the old positive breaks it, and I_new stays on the query's topic; rows it does not confirm "
+        "are rejected (unverified). Roughly doubles the cost of accepted rows; cached like the first pass.",
+    )
+    verify_sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(max_tokens=48, repetition_penalty=1.15, prefill="<verdict>",
+                                               stop=("</verdict>",)),
+        description="Decoding of the verification pass. Part of its cache key.",
+    )
+    max_error_runs: int = Field(
+        3, ge=1, description="Runs in which a row may fail transiently (timeouts, a dead engine) before its "
+        "failure is final (engine_error). Higher keeps retrying a flaky row; lower gives up sooner.",
+    )
+    per_negative: bool = Field(
+        False, description="One reversed view per instruction negative, instead of the paper's one per seed (N* = first)."
+    )
+    geometry_filter: bool = Field(
+        False,
+        description="Keep a row only if sim(q ⊕ I_new, N*) − sim(q, N*) > 0 under a frozen encoder. Costs an "
+        "encoder pass per row; drops instructions the encoder reads the wrong way.",
+    )
+    geometry_encoder: str = Field("minilm", description="The frozen encoder for the geometry filter.")
+    count_prompt_tokens: bool = Field(
+        True, description="Count each prompt with the engine's tokenizer before sending it, and reject the rows "
+        "whose prompt + max_tokens cannot fit the context (prompt_too_long, no call). Off: no tokenizer pass over "
+        "the rows; the engine's own refusal of an over-long prompt is recorded as prompt_too_long instead, and a "
+        "prompt that fits but leaves less room than max_tokens gets a shorter answer.",
+    )
+    limit: int | None = Field(None, gt=0, description="Use only the first N eligible seeds (smoke runs).")
+    shard_rows: int = Field(
+        1024, gt=0, description="Rows per output shard (a small run writes smaller ones, down to 16 rows, so that "
+        "it publishes eight and its progress moves). Smaller shards lose less work to a crash; more files."
+    )
+    ray_address: str | None = Field(None, description="Ray cluster address; None starts a local Ray.")
+    ray_job: RayJobConfig | None = Field(
+        None, description="Submit the run as a Ray Job to this cluster instead of driving it from this process; "
+        "the job's driver joins the cluster it runs in (leave ray_address unset). Prefect flows only; the CLI "
+        "is always its own driver.",
+    )
+    model_cache_dir: str = Field(".cache/models", description="Where packaged models are converted and cached.")
+
+    @model_validator(mode="after")
+    def _one_driver(self) -> SynthesisConfig:
+        if self.ray_job is not None and self.ray_address is not None:
+            raise ValueError("ray_job runs the driver inside the cluster, which it joins by itself: leave ray_address "
+                             f"unset (got {self.ray_address!r})")
+        return self
+
+    @model_validator(mode="after")
+    def _reference_needs_no_verifier(self) -> SynthesisConfig:
+        if self.engine == "reference" and self.verify:
+            raise ValueError("verify asks a model to check answers; the reference engine's answers are known "
+                             "correct and it has no model: turn verify off")
+        return self
+
+    def model_id(self) -> str:
+        return {"vllm": self.vllm.model, "openai": self.openai.model, "reference": "reference"}[self.engine]
