@@ -22,12 +22,15 @@ and states four attributes a reader can check from the text — place, populatio
 Like Promptriever's data, where the positive is the passage originally retrieved for the query and
 the instruction negatives were written afterwards, a seed's positive uses the query's own wording
 while its instruction negatives paraphrase it (`WorldConfig.shortcut`: the share of seeds built so).
-A retriever can then fit the instruct rows by wording alone; a dual view, whose positive is a
+A retriever can then fit those instruct rows by wording alone; a dual view, whose positive is a
 paraphrasing negative, cannot be fit that way. In the eval set wording is drawn at random, so it
-carries no signal there.
+carries no signal there. The default share is half: with every seed built so, a dual view whose
+instruction was swapped for another seed's still pays (it breaks the wording cue by itself) and
+the check could not tell instruction use from cue removal; with none, Ins-orig has nothing that a
+dual view would fix (DEVELOPERS.md, "The method check", has the measurements).
 
 The eval set is FollowIR-shaped: the original instruction accepts any value of the attribute, the
-changed one adds a sentence that accepts one value, so the topic's passages with another value turn
+changed one adds a sentence, worded unlike any training instruction, that accepts one value, so the topic's passages with another value turn
 from relevant to not relevant. Everything is a pure function of `WorldConfig` (seed included).
 """
 
@@ -77,6 +80,15 @@ REVERSED = {
     "method": "Stick to reports based on {a_v} and skip other designs.",
     "time": "Keep to studies from {v} and ignore other decades.",
 }
+# The eval set's changed instruction, in a third family that neither the seeds nor the reversals
+# use: a retriever is scored on instructions written unlike anything it trained on, so neither
+# mixture is favoured by having trained on the eval's wording.
+HELD_OUT = {
+    "place": "Only studies conducted in {v} count here.",
+    "population": "Only studies whose participants were {v} count here.",
+    "method": "Only findings from {a_v} count here.",
+    "time": "Only research from {v} counts here.",
+}
 # The eval set's original instruction: any value of the attribute is fine.
 OPEN = "I want published findings on this question; work from any {a} is useful as long as it reports on it."
 OPEN_NOUN = {"place": "country or city", "population": "group of people", "method": "research design", "time": "period"}
@@ -106,7 +118,7 @@ class WorldConfig:
     negatives: int = 4  # per seed, passages of other seed topics
     eval_passages: int = 6  # on-topic passages per eval query (half keep the value, half lose relevance)
     eval_distractors: int = 6  # off-topic candidates per eval query
-    shortcut: float = 1.0  # share of seeds whose positive alone copies the query's wording
+    shortcut: float = 0.5  # share of seeds whose positive alone copies the query's wording (see the module doc)
 
     def __post_init__(self):
         topics = len(INTERVENTIONS) * len(OUTCOMES)
@@ -140,6 +152,10 @@ def article(noun: str) -> str:
 
 def original_instruction(attribute: str, value: str) -> str:
     return ORIGINAL[attribute].format(v=value, a_v=article(value))
+
+
+def held_out_instruction(attribute: str, value: str) -> str:
+    return HELD_OUT[attribute].format(v=value, a_v=article(value))
 
 
 def reversed_instruction(attribute: str, value: str) -> str:
@@ -251,7 +267,7 @@ def _eval_set(topics, cfg: WorldConfig, rng: random.Random, writer: _Writer) -> 
                          for v in wanted]
         instruction_og = OPEN.format(a=OPEN_NOUN[attribute])
         queries.append({"_id": qid, "text": query_text(topic), "instruction_og": instruction_og,
-                        "instruction_changed": f"{instruction_og} {original_instruction(attribute, value)}"})
+                        "instruction_changed": f"{instruction_og} {held_out_instruction(attribute, value)}"})
         meta[qid] = {"attribute": attribute, "value": value,
                      "passages": {p.doc_id: p.attributes for p in on_topic[qid]}}
     for qid, passages in on_topic.items():
