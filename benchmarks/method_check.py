@@ -180,7 +180,13 @@ def main(argv=None) -> int:
                 shutil.rmtree(layout.sweep_point(run_id, point["name"]), ignore_errors=True)
         return run_id, table, means
 
-    run_id, table, means = run(pipeline, tuple(args.mixtures))
+    try:
+        run_id, table, means = run(pipeline, tuple(args.mixtures))
+    except ValueError as e:  # e.g. an LLM engine whose few accepted dual views cannot fill a batch
+        print(json.dumps({"error": str(e).splitlines()[0], "engine": args.engine,
+                          "synthesis": synthesis_quality(layout, files["world"]), "shortcut": args.shortcut,
+                          "wall_seconds": round(time.perf_counter() - start, 1)}))
+        return 1
     delta = paired_test(means["ins-dv"]["p-MRR"], means["ins-orig"]["p-MRR"], resamples=10_000, seed=0)
     base = json.loads((Path(layout.evaluation(run_id, "base")) / "report.json").read_text())["metrics"]
     summary = {**{m.replace("-", "_"): table[m] for m in table}, **interval(delta),
