@@ -156,12 +156,12 @@ def engine_stage(cfg, conversations: list[list[dict]]) -> tuple[float, float]:
     rows/s after the first answers, i.e. without the actors' start-up)."""
     import ray
 
-    from tasks.engines import OpenAIEngine
+    from tasks.engines import make_engine
 
     rows = [{"cache_key": f"k{i}", "messages": m[:-1] if cfg.sampling.prefill else m} for i, m in enumerate(conversations)]
     start = time.perf_counter()
     answered, first_t, first_n = 0, None, 0
-    for batch in OpenAIEngine(cfg).transform(ray.data.from_items(rows)).iter_batches(batch_size=256, batch_format="pyarrow"):
+    for batch in make_engine(cfg).transform(ray.data.from_items(rows)).iter_batches(batch_size=256, batch_format="pyarrow"):
         answered += batch.num_rows
         if first_t is None:
             first_t, first_n = time.perf_counter(), answered

@@ -334,7 +334,7 @@ def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
     import ray
 
     from dualview_core.config import SynthesisConfig
-    from tasks.engines import OpenAIEngine
+    from tasks.engines import make_engine
     from tasks.openai_client import endpoint_index
     from tasks.ray_runtime import ensure_ray
 
@@ -344,7 +344,7 @@ def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
         cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_urls=urls, model="m", concurrency=4, actors=2))
         rows = [{"cache_key": f"key-{i}", "messages": [{"role": "user", "content": f"key-{i}"}]} for i in range(200)]
         ensure_ray(cfg.ray_address)
-        batches = OpenAIEngine(cfg).transform(ray.data.from_items(rows)).iter_batches(batch_size=64, batch_format="pyarrow")
+        batches = make_engine(cfg).transform(ray.data.from_items(rows)).iter_batches(batch_size=64, batch_format="pyarrow")
         out = [r for batch in batches for r in batch.to_pylist()]
     finally:
         stop_serving(started)
