@@ -2,8 +2,10 @@
 
 An engine turns staged rows `{cache_key, messages, query_id, query, target_doc_id}` (the rendered
 prompt, and which seed and which instruction negative N* it is about) into result rows `{cache_key,
-raw_response, prompt_tokens, completion_tokens, latency_s, attempts, error}` (the columns of
-`dualview_core.synthesis.EngineResult`). LLM engines read only the messages. A Ray Data engine is a
+raw_response, prompt_tokens, completion_tokens, latency_s, attempts, error}` (`contracts.ENGINE_RESULT`,
+the fields of `dualview_core.synthesis.EngineResult`). LLM engines read only the messages. Each engine
+is built from its own sub-config and the sampling config (`make_engine`), never the whole
+SynthesisConfig. A Ray Data engine is a
 `transform` of a Dataset of staged rows (other columns ride along untouched); an engine that answers
 in this process has `answers(rows)`. What happens around an engine (reading the staged input, judging
 and publishing the answers) is tasks/publishing.py's.

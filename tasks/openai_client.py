@@ -1,7 +1,7 @@
 """An OpenAI-compatible chat client for synthesis: pooled, bounded, spread over endpoints, retried, no leaks.
 
 Owns how one row `{cache_key, messages}` becomes one chat-completions request and comes back as a
-result row (the columns of `dualview_core.synthesis.EngineResult`); it must not know what the prompt
+result row (`contracts.ENGINE_RESULT`); it must not know what the prompt
 says or how the answer is parsed.
 
 - Client: aiohttp, one `ClientSession` per actor (per event loop), its `TCPConnector` limited to
