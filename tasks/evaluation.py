@@ -138,10 +138,7 @@ def log_evaluation(tracking_uri: str, run_id: str, reports: EvalReport | Sequenc
     """Log metrics with intervals, per-query tables, a CI figure and dataset lineage into run
     `run_id`; return the metrics."""
 
-    from mlflow.entities import DatasetInput, InputTag
-    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
-
-    from tasks.tracking import dataset, log_metrics, mlflow_client
+    from tasks.tracking import log_datasets, log_metrics, mlflow_client
 
     reports = [reports] if isinstance(reports, EvalReport) else list(reports)
     cfg = cfg or EvaluationConfig()
@@ -153,9 +150,8 @@ def log_evaluation(tracking_uri: str, run_id: str, reports: EvalReport | Sequenc
         with warnings.catch_warnings():  # pandas 3 warns inside mlflow's log_table about str columns
             warnings.filterwarnings("ignore", message=".*select_dtypes.*")
             client.log_table(run_id, per_query_table(report), artifact_file=f"{prefix}_per_query.json")
-        source = dataset(str(report.details.get("source", report.subset)), f"{report.benchmark}/{report.subset}", report.digest)
-        client.log_inputs(run_id, datasets=[DatasetInput(source._to_mlflow_entity(),
-                                                          tags=[InputTag(MLFLOW_DATASET_CONTEXT, EVAL_CONTEXT)])])
+        log_datasets(tracking_uri, run_id, [(f"{report.benchmark}/{report.subset}",
+                                             str(report.details.get("source", report.subset)), report.digest, EVAL_CONTEXT)])
         if "score_measure" in report.details:
             client.log_param(run_id, metric_key(report.benchmark, report.subset, "score_measure"), report.details["score_measure"])
     client.log_figure(run_id, ci_figure(reports), f"{artifact_dir}/ci.png")
