@@ -1,9 +1,10 @@
 """Evaluation speed: encoding against sentence-transformers, and scoring at FollowIR-leaderboard scale.
 
-1. Encode throughput: `Encoder.encode` (what `dualview evaluate` uses) against
-   `SentenceTransformer.encode` on the same model (the packaged MiniLM), the same texts (the bundled
-   FollowIR sample's documents and instructed queries, repeated to --texts) and the same batch size and
-   max length. Outputs must agree (max |diff| printed). Target: ratio >= 1.0x.
+1. Encode throughput: the path `dualview evaluate` encodes documents through (`load_model`, wrapped
+   in the progress-reporting `MeteredEncoder`) against a bare `SentenceTransformer.encode_document` on
+   the same model (the packaged MiniLM), the same texts (the bundled FollowIR sample's documents and
+   instructed queries, repeated to --texts) and the same batch size. Outputs must agree (max |diff|
+   printed). Target: ratio >= 1.0x (the wrapper costs nothing).
 2. Scoring N queries x K candidates (default 10,000 x 1,000; synthetic runs with float32-like scores,
    30 judged documents per query, 3 of them changed): p-MRR (`metrics.p_mrr_per_query`) + Score
    (`metrics.per_query_measures`, pytrec_eval MAP@1000 of the og run). Target: < 5 s. Beside it, the
@@ -31,10 +32,10 @@ def best_of(repeats: int, fn):
 
 
 def sample_texts(n: int) -> list[str]:
-    from dualview_core.encoder import query_text
-    from dualview_core.evalsets import load_eval_set
-    from dualview_core.retrieval import doc_text
-    from dualview_core.samples import followir_path
+    from dualview_core.method.texts import query_text
+    from dualview_core.data.evalsets import load_eval_set
+    from dualview_core.method.texts import doc_text
+    from dualview_core.sample import followir_path
 
     es = load_eval_set(followir_path()).eval_set
     base = [doc_text(r["title"], r["text"]) for r in es.corpus.to_pylist()]
@@ -45,17 +46,18 @@ def sample_texts(n: int) -> list[str]:
 def bench_encode(n_texts: int, batch_size: int, repeats: int) -> list[tuple[str, float, float]]:
     from sentence_transformers import SentenceTransformer
 
-    from dualview_core.encoder import Encoder, resolve_model
+    from dualview_core.model import load_model, resolve_model
+    from tasks.evaluation.runner import MeteredEncoder
 
     texts = sample_texts(n_texts)
     st = SentenceTransformer(resolve_model("minilm"), device="cpu")
-    ours = Encoder("minilm", max_length=st.max_seq_length)
+    ours = MeteredEncoder(load_model("minilm"), lambda line: None, min_texts=1)
 
     def run_ours():
-        return ours.encode(texts, batch_size=batch_size)
+        return ours.encode_document(texts, batch_size=batch_size)
 
     def run_st():
-        return st.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+        return st.encode_document(texts, batch_size=batch_size)
 
     for fn in (run_ours, run_st):  # warm-up: thread pools, allocator, first-batch kernels
         fn()
@@ -66,7 +68,7 @@ def bench_encode(n_texts: int, batch_size: int, repeats: int) -> list[tuple[str,
     a, b = run_ours(), run_st()
     print(f"encode: {n_texts} texts, batch {batch_size}, max_length {st.max_seq_length}; "
           f"max |ours - st| = {np.abs(a - b).max():.2e}")
-    return [("dualview Encoder.encode", t_ours, n_texts / t_ours), ("sentence-transformers encode", t_st, n_texts / t_st)]
+    return [("dualview evaluate's encoding", t_ours, n_texts / t_ours), ("sentence-transformers encode", t_st, n_texts / t_st)]
 
 
 def synthetic_runs(n_queries: int, k: int, seed: int = 0):
@@ -88,15 +90,15 @@ def synthetic_runs(n_queries: int, k: int, seed: int = 0):
 
 
 def reference_p_mrr(run_og, run_changed, changed) -> dict[str, float]:
-    from dualview_core.metrics import rank_change_score, rank_reference
+    from dualview_core.method.metrics import rank_change_score, rank_reference
 
     return {q: float(np.mean([rank_change_score(rank_reference(run_og[q], d), rank_reference(run_changed[q], d)) for d in docs]))
             for q, docs in changed.items() if docs}
 
 
 def bench_scoring(n_queries: int, k: int, n_reference: int, repeats: int) -> list[tuple[str, float, float]]:
-    from dualview_core.metrics import MAP_1000, followir_changed, p_mrr_per_query, per_query_measures
-    from dualview_core.stats import bootstrap_ci
+    from dualview_core.method.metrics import MAP_1000, followir_changed, p_mrr_per_query, per_query_measures
+    from dualview_core.evaluation.stats import bootstrap_ci
 
     run_og, run_changed, qrels_og, qrels_changed = synthetic_runs(n_queries, k)
     changed = followir_changed(qrels_og, qrels_changed)

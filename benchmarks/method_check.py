@@ -1,7 +1,7 @@
 """The method check: does the chain dual-view rows -> mixtures -> training -> p-MRR show the effect
 when the reversed instructions are known to be correct?
 
-Builds a controlled world (`dualview_core.world`: seeds and a FollowIR-format eval set on disjoint
+Builds a controlled world (`tests.helpers.world`: seeds and a FollowIR-format eval set on disjoint
 topics), synthesizes its dual views with the reference engine (`engine: reference`, the known
 correct reversal for every N*), and runs the `sweep` flow over Ins-orig, Ins-DV, All-orig and All-DV
 at one budget (the same N instruct rows, the same optimizer steps and batch) and several seeds, all
@@ -15,7 +15,7 @@ printing one JSON line:
 
 Each mixture's p-MRR and Score are means over eval queries of the per-query value averaged over
 seeds, with a 95% bootstrap interval over queries; D = Ins-DV - Ins-orig p-MRR, paired per query
-(seeds averaged first), with its bootstrap interval and sign-flip p-value (`dualview_core.stats`).
+(seeds averaged first), with its bootstrap interval and sign-flip p-value (`dualview_core.evaluation.stats`).
 
 The control (on unless `--no-control`): the dual-view mixtures trained again with every dual-view
 instruction swapped for another seed's; C = corrupted Ins-DV - clean Ins-orig must not be above 0,
@@ -53,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="skip the control: the dual-view mixtures again with every dual-view instruction swapped "
                         "for another seed's, compared with the clean Ins-orig")
     p.add_argument("--shortcut", type=float, default=0.5,
-                   help="share of seeds whose positive alone copies the query's wording (dualview_core/world.py)")
+                   help="share of seeds whose positive alone copies the query's wording (tests/helpers/world.py)")
     p.add_argument("--mixtures", nargs="+", default=list(MIXTURES), choices=MIXTURES,
                    help="a subset for diagnostics (ins-orig and ins-dv are needed for the delta)")
     p.add_argument("--engine", choices=("reference", "vllm"), default="reference",
@@ -84,7 +84,7 @@ def seed_mean(values: list[dict[str, float]]) -> dict[str, float]:
 
 def summarise(points: list[dict], layout, run_id: str, resamples: int, confidence: float) -> tuple[dict, dict]:
     """(mixture -> {p-MRR, score with intervals, seeds}, mixture -> metric -> per-query seed means)."""
-    from dualview_core.stats import bootstrap_ci
+    from dualview_core.evaluation.stats import bootstrap_ci
 
     out, means = {}, {}
     for mixture in sorted({p["mixture"] for p in points}, key=MIXTURES.index):
@@ -102,8 +102,8 @@ def synthesis_quality(layout, world_file: str) -> dict:
     accepted instructions that name N*'s value of the attribute the seed's instruction constrains."""
     import pyarrow.parquet as pq
 
-    from dualview_core.layout import REJECTIONS
-    from dualview_core.world import read_metadata
+    from dualview_core.storage.layout import REJECTIONS
+    from tests.helpers.world import read_metadata
 
     seeds = read_metadata(world_file)["seeds"]
     views = pq.read_table(layout.dual_views, columns=["query_id", "instruction", "positive", "model_id"]).to_pylist()
@@ -130,14 +130,15 @@ def main(argv=None) -> int:
     from flows.commands import apply_project_env
 
     apply_project_env()  # before Prefect is imported
-    from dualview_core.config import (DataSource, EvaluationConfig, MixtureConfig, PipelineConfig, ReferenceEngineConfig,
-                                      SweepConfig, SynthesisConfig, TrainingConfig)
+    from dualview_core.config import (DataSource, EvaluationConfig, MixtureConfig, PipelineConfig, SweepConfig,
+                                      SynthesisConfig, TrainingConfig)
     from dualview_core.keys import canonical_json, digest
-    from dualview_core.mixtures import DUAL_VIEW_MIXTURES
-    from dualview_core.stats import paired_test
-    from dualview_core.world import WorldConfig, build_world
+    from dualview_core.method.mixtures import DUAL_VIEW_MIXTURES
+    from dualview_core.evaluation.stats import paired_test
+    from tests.helpers.reference_engine import reference_config
+    from tests.helpers.world import WorldConfig, build_world
     from flows.sweep import sweep
-    from tasks.tracking import mlflow_client
+    from tasks.tracking.mlflow_access import mlflow_client
 
     start = time.perf_counter()
     load = os.getloadavg()
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
         seeds=DataSource(path=files["seeds"]),
         eval_set=DataSource(path=files["eval_set"]),
         workdir=str(world_dir / "runs"),
-        synthesis=(SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=files["world"]))
+        synthesis=(reference_config(files["world"])
                    if args.engine == "reference" else SynthesisConfig()),  # vllm: the cpu profile's SmolLM2
         training=TrainingConfig(mixture=MixtureConfig(corruption=args.corruption), max_length=args.max_length,
                                 batch_size=args.batch_size, negatives=args.negatives, max_steps=steps,

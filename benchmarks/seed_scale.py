@@ -122,9 +122,9 @@ def peak_rss_mb() -> float:
 
 def run_dualview(workdir: str) -> dict:
     from dualview_core.contracts import SEED_ROW
-    from dualview_core.io import TableWriter
-    from dualview_core.loading import stream_seeds
-    from dualview_core.seeds import select_synthesis_seeds
+    from dualview_core.storage.tables import TableWriter
+    from dualview_core.data.loading import stream_seeds
+    from dualview_core.data.seeds import select_synthesis_seeds
 
     start, selected = time.perf_counter(), 0
     batches, validator = stream_seeds(os.path.join(workdir, SOURCE),
@@ -142,7 +142,7 @@ def run_dualview(workdir: str) -> dict:
 def _checker(cfg):
     """The per-row logic of SeedValidator.check, as a `datasets.map` function."""
     from dualview_core.contracts import Reason
-    from dualview_core.seeds import Invalid, normalize
+    from dualview_core.data.seeds import Invalid, normalize
 
     seen: set[tuple[str, bool]] = set()
     empty = {"seed_key": "", "query_id": "", "query": "", "instruction": "", "has_instruction": False,
@@ -167,7 +167,7 @@ def run_datasets(workdir: str) -> dict:
 
     from dualview_core.config import ValidationConfig
     from dualview_core.contracts import SEED_ROW
-    from dualview_core.seeds import is_synthesis_seed
+    from dualview_core.data.seeds import is_synthesis_seed
 
     features = datasets.Features.from_arrow_schema(SEED_ROW)
     features["ok"], features["reason"] = datasets.Value("bool"), datasets.Value("string")

@@ -72,9 +72,9 @@ def start_server(latency_ms: float) -> tuple[subprocess.Popen, str]:
 
 def seed_file(rows: int, folder: Path) -> str:
     """`rows` eligible seeds: the bundled sample's instruct rows, repeated under fresh query ids."""
-    from dualview_core import samples
+    from dualview_core import sample
 
-    base = [json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    base = [json.loads(line) for line in open(sample.seeds_path(), encoding="utf-8")]
     base = [r for r in base if r["has_instruction"]]
     path = folder / "seeds.jsonl"
     with open(path, "w", encoding="utf-8") as f:
@@ -84,10 +84,10 @@ def seed_file(rows: int, folder: Path) -> str:
 
 
 def rendered(seeds: str, cfg) -> list[list[dict]]:
-    from dualview_core.loading import read_seeds
-    from dualview_core.prompting import default_template, render
-    from dualview_core.seeds import select_synthesis_seeds
-    from tasks.engines import with_prefill
+    from dualview_core.data.loading import read_seeds
+    from dualview_core.method.prompting import default_template, render
+    from dualview_core.data.seeds import select_synthesis_seeds
+    from tasks.synthesis.engines import with_prefill
 
     table = select_synthesis_seeds(read_seeds(seeds).seeds).to_pylist()[: cfg.limit]
     return [with_prefill(render(s, 0, default_template()), cfg.sampling) for s in table]
@@ -96,7 +96,7 @@ def rendered(seeds: str, cfg) -> list[list[dict]]:
 def request_body(model: str, messages: list[dict], sampling) -> dict:
     """The body the engine's client sends (prefill continued and echoed), so every path sends the same bytes."""
     from dualview_core.config import OpenAIEngineConfig
-    from tasks.openai_client import ChatClient
+    from tasks.synthesis.openai_client import ChatClient
 
     return ChatClient(OpenAIEngineConfig(model=model), sampling)._body(messages[:-1] if sampling.prefill else messages)
 
@@ -137,7 +137,7 @@ async def bare_aiohttp(base_url: str, bodies: list[dict], concurrency: int) -> f
 
 async def client_loop(cfg, conversations: list[list[dict]]) -> float:
     """The engine's own client (`ChatClient`: body, retries, result rows) on one asyncio loop, no Ray."""
-    from tasks.openai_client import ChatClient
+    from tasks.synthesis.openai_client import ChatClient
 
     client = ChatClient(cfg.openai.model_copy(update={"concurrency": cfg.openai.concurrency * cfg.openai.actors}),
                         cfg.sampling)
@@ -156,7 +156,7 @@ def engine_stage(cfg, conversations: list[list[dict]]) -> tuple[float, float]:
     rows/s after the first answers, i.e. without the actors' start-up)."""
     import ray
 
-    from tasks.engines import make_engine
+    from tasks.synthesis.engines import make_engine
 
     rows = [{"cache_key": f"k{i}", "messages": m[:-1] if cfg.sampling.prefill else m} for i, m in enumerate(conversations)]
     start = time.perf_counter()
@@ -173,8 +173,8 @@ def engine_stage(cfg, conversations: list[list[dict]]) -> tuple[float, float]:
 def bench_openai(args, folder: Path) -> list[dict]:
     """Per concurrency: bare httpx, bare aiohttp, the engine stage alone, the whole pipeline; rows/s."""
     from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
-    from tasks.ray_runtime import ensure_ray
-    from tasks.synthesis import run_synthesis
+    from tasks.synthesis.ray_runtime import ensure_ray
+    from tasks.synthesis.driver import run_synthesis
 
     server, base_url = start_server(args.latency_ms)
     try:
@@ -210,9 +210,9 @@ def bench_openai(args, folder: Path) -> list[dict]:
 def variant_seeds(rows: int, folder: Path) -> str:
     """`rows` eligible seeds: the bundled sample's eligible rows (MS MARCO-sized passages), repeated
     with the case number in the query, so every prompt is distinct and realistic."""
-    from dualview_core import samples
+    from dualview_core import sample
 
-    base = [json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    base = [json.loads(line) for line in open(sample.seeds_path(), encoding="utf-8")]
     base = [r for r in base if r["has_instruction"] and r["new_negatives"]]
     path = folder / f"variants-{rows}.jsonl"
     with open(path, "w", encoding="utf-8") as f:
@@ -232,8 +232,8 @@ def bench_vllm_side(which: str, rows: int, folder: Path, batching: tuple[int, in
         cfg = cfg.model_copy(update={"vllm": cfg.vllm.model_copy(update=dict(zip(("batch_size", "max_concurrent_batches"), batching)))})
     seeds = variant_seeds(rows, folder)
     if which == "vllm-pipeline":
-        from tasks.llm_models import resolve_llm
-        from tasks.synthesis import run_synthesis
+        from tasks.synthesis.llm_models import resolve_llm
+        from tasks.synthesis.driver import run_synthesis
 
         resolve_llm(cfg.vllm.model, cfg.model_cache_dir)
         start = time.perf_counter()
@@ -244,7 +244,7 @@ def bench_vllm_side(which: str, rows: int, folder: Path, batching: tuple[int, in
                 "steady_rows_per_s": cost["steady_rows_per_s"]}
     from vllm import LLM, SamplingParams
 
-    from tasks.llm_models import resolve_llm
+    from tasks.synthesis.llm_models import resolve_llm
 
     v, s = cfg.vllm, cfg.sampling
     os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"  # as the pipeline's engine does: every core for vLLM

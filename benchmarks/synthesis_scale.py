@@ -76,7 +76,7 @@ class TreeMemory(threading.Thread):
 def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, shard_rows: int,
           storage_options: str | None) -> None:
     from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
-    from tasks.synthesis import run_synthesis
+    from tasks.synthesis.driver import run_synthesis
 
     cfg = SynthesisConfig(engine="openai", shard_rows=shard_rows,
                           openai=OpenAIEngineConfig(base_url=endpoint, model="bench", concurrency=concurrency, actors=actors))
@@ -92,7 +92,7 @@ def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, sh
     seconds = time.perf_counter() - start
     planned = next((t for t, line in lines if " to send, " in line), None)
     answered = [t for t, line in lines if re.match(r"synthesis: (engine ready|\d+/\d+ rows)", line)]
-    from tasks.record_store import RecordStore
+    from tasks.synthesis.record_store import RecordStore
 
     shards = len(RecordStore(out, options).shard_names())
     print(RESULT + json.dumps({
@@ -120,11 +120,11 @@ def run_child(seeds: str, out: str, endpoint: str, args, storage_options: dict |
 def anchor(seeds: str, endpoint: str, rows: int, concurrency: int) -> float:
     """rows/s of a bare aiohttp loop sending the first `rows` seeds' request bodies at `concurrency`."""
     from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
-    from dualview_core.loading import stream_seeds
-    from dualview_core.prompting import default_template, render
-    from dualview_core.seeds import select_synthesis_seeds
+    from dualview_core.data.loading import stream_seeds
+    from dualview_core.method.prompting import default_template, render
+    from dualview_core.data.seeds import select_synthesis_seeds
     from synthesis_overhead import bare_aiohttp
-    from tasks.openai_client import ChatClient
+    from tasks.synthesis.openai_client import ChatClient
 
     cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_url=endpoint, model="bench"))
     client, template, bodies = ChatClient(cfg.openai, cfg.sampling), default_template(), []

@@ -43,13 +43,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "torch_extensions"))
 
-from dualview_core import samples
+from dualview_core import sample
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.encoder import query_text, resolve_model
-from dualview_core.loading import read_seeds
-from dualview_core.mixtures import Mixture, build_mixture
-from dualview_core.negatives import sample_negatives
-from dualview_core.retrieval import doc_text
+from dualview_core.model import resolve_model
+from dualview_core.method.texts import query_text
+from dualview_core.data.loading import read_seeds
+from dualview_core.method.mixtures import Mixture, build_mixture
+from dualview_core.method.negatives import sample_negatives
+from dualview_core.method.texts import doc_text
 
 TURN_TIMEOUT_S = 1800.0
 
@@ -73,7 +74,7 @@ class Lockstep:
 
 
 def run_ours(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[float, float]]:
-    from tasks.training import train
+    from tasks.training.trainer import train
 
     def on_record(step: int, metrics: dict) -> None:
         if "train/loss" in metrics:  # the end of an optimizer step
@@ -140,7 +141,7 @@ def run_st(cfg: TrainingConfig, mixture: Mixture, turn: Lockstep) -> list[tuple[
 
 def phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str, float]:
     """Mean seconds per step of each phase of our uncached step, with the same engine and batches."""
-    from tasks.training import worker_environment
+    from tasks.training.trainer import worker_environment
 
     with worker_environment():
         return _time_phases(cfg, mixture, steps)
@@ -149,11 +150,11 @@ def phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str, float
 def _time_phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str, float]:
     import torch
 
-    from dualview_core.loss import candidate_mask, info_nce, scatter_valid
-    from dualview_core.negatives import block_width
-    from tasks.training import _embed, _load, _micro_batches, _tokenize_sorted
+    from dualview_core.method.loss import candidate_mask, info_nce, scatter_valid
+    from dualview_core.method.negatives import block_width
+    from tasks.training.trainer import _embed, _load, _micro_batches, _tokenize_sorted
 
-    engine, encoder = _load(cfg, steps, 1)
+    engine, model = _load(cfg, steps, 1)
     engine.train()  # as the trainer does: dropout on
     batches = _micro_batches(mixture, cfg, block_width(mixture.rows, cfg.negatives, strict=True), 0, 1)
     spent = {"make_batch": 0.0, "tokenize": 0.0, "forward+loss": 0.0, "backward": 0.0, "optimizer_step": 0.0}
@@ -161,8 +162,8 @@ def _time_phases(cfg: TrainingConfig, mixture: Mixture, steps: int) -> dict[str,
         stamps = [time.perf_counter()]
         batch = next(batches)
         stamps.append(time.perf_counter())
-        q_in = _tokenize_sorted(encoder, batch.queries, cfg.encode_chunk, "query")
-        d_in = _tokenize_sorted(encoder, batch.docs, cfg.encode_chunk, "document")
+        q_in = _tokenize_sorted(model, batch.queries, cfg.encode_chunk, "query")
+        d_in = _tokenize_sorted(model, batch.docs, cfg.encode_chunk, "document")
         stamps.append(time.perf_counter())
         q, d = _embed(engine, *q_in, "query"), _embed(engine, *d_in, "document")  # (batch, dim), (n_valid, dim)
         candidates = torch.tensor(batch.candidates)  # (batch, 1 + width)
@@ -189,7 +190,7 @@ def worker(which: str, argv: list[str], mine, theirs, results) -> None:
     """A spawned process: one trainer (or the phase timing), its numbers into `results`."""
     args = parser().parse_args(argv)
     cfg = config(args)
-    mixture = build_mixture(read_seeds(samples.seeds_path()).seeds, None, cfg.mixture)
+    mixture = build_mixture(read_seeds(sample.seeds_path()).seeds, None, cfg.mixture)
     if which == "phases":
         results.put((which, phases(cfg, mixture, min(args.steps, 10))))
         return
@@ -240,7 +241,7 @@ def parser() -> argparse.ArgumentParser:
 def main() -> None:
     argv = sys.argv[1:]
     args = parser().parse_args(argv)
-    rows = len(build_mixture(read_seeds(samples.seeds_path()).seeds, None, config(args).mixture).rows)
+    rows = len(build_mixture(read_seeds(sample.seeds_path()).seeds, None, config(args).mixture).rows)
     table = {"setup": {**vars(args), "rows": rows, "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}}
     table.update(summary(spawn(["ours", "st"], argv), args.skip, args.batch_size))
     if not args.no_phases:

@@ -57,7 +57,7 @@ SEED_ROW = pa.schema(
 
 # --- synthesis ----------------------------------------------------------------------------------
 
-# What an engine returns per staged row (tasks/engines.py): `synthesis.EngineResult`'s fields, in order.
+# What an engine returns per staged row (tasks/synthesis/engines.py): `synthesis.EngineResult`'s fields, in order.
 ENGINE_RESULT = pa.schema(
     [
         pa.field("cache_key", pa.string(), nullable=False),
@@ -165,6 +165,7 @@ EVAL_TOP_RANKED = pa.schema(
 )
 
 Qrels = dict[str, dict[str, int]]  # query_id -> doc_id -> relevance (pytrec_eval's shape)
+Run = dict[str, dict[str, float]]  # query_id -> doc_id -> score (pytrec_eval's shape)
 
 
 @dataclass(frozen=True)
@@ -220,11 +221,11 @@ class Reason(StrEnum):
     UNKNOWN_REFERENCE = "unknown_reference"  # eval sets: qrels/top-ranked naming a missing id
 
 
-# One per seed source row, from a synthesis run's first pass to its driver (dualview_core/plan.py):
+# One per seed source row, from a synthesis run's first pass to its driver (dualview_core/synthesis/plan.py):
 # what only the whole source decides is decided from these, never from the rows themselves.
 PLAN_ROW = pa.schema(
     [
-        pa.field("locator", pa.int64(), nullable=False),  # chunk << 32 | row in chunk (dualview_core.chunks)
+        pa.field("locator", pa.int64(), nullable=False),  # chunk << 32 | row in chunk (dualview_core.data.chunks)
         pa.field("reason", pa.string(), nullable=True),  # a Reason value: quarantined; null: valid
         pa.field("identity", pa.binary(12), nullable=True),  # valid rows: 96-bit digest of (query_id, has_instruction)
         pa.field("instruct", pa.bool_(), nullable=True),  # valid rows: has_instruction

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dualview_core.profiles import ProfileError
-from dualview_core.sources import SourceError
+from dualview_core.config.profiles import ProfileError
+from dualview_core.data.sources import SourceError
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, apply_project_env, data, evaluate, synthesize, train
 
 COMMAND_MODULES = (data, evaluate, synthesize, train)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.profiles import DataSourceOverrides, EvaluationOverrides, Profile, for_evaluation
-from tasks.runs import evaluate_lineage, flow_run_tracked
+from dualview_core.config.profiles import DataSourceOverrides, EvaluationOverrides, Profile, for_evaluation
+from tasks.tracking.runs import evaluate_lineage, flow_run_tracked
 from tasks.stages import evaluate_tracked
-from tasks.summary import comparison_table
+from tasks.evaluation.summary import comparison_table
 
 
 @flow(name="evaluate", log_prints=True)

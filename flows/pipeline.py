@@ -11,9 +11,9 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.profiles import PipelineOverrides, Profile, explicit, resolve
+from dualview_core.config.profiles import PipelineOverrides, Profile, explicit, resolve
 from tasks.stages import evaluate_tracked, log_headline, pipeline_run, synthesize_tracked, train_tracked
-from tasks.summary import comparison_table
+from tasks.evaluation.summary import comparison_table
 
 
 @flow(name="pipeline", log_prints=True)

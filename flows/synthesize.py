@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from dualview_core.profiles import DataSourceOverrides, Profile, SynthesisOverrides, for_synthesis
+from dualview_core.config.profiles import DataSourceOverrides, Profile, SynthesisOverrides, for_synthesis
 from tasks.stages import synthesize_seeds
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import flow
 from prefect.runtime import flow_run
 
-from dualview_core.profiles import DataSourceOverrides, Profile, TrainingOverrides, for_training
-from tasks.runs import flow_run_tracked, train_lineage
+from dualview_core.config.profiles import DataSourceOverrides, Profile, TrainingOverrides, for_training
+from tasks.tracking.runs import flow_run_tracked, train_lineage
 from tasks.stages import train_tracked
 
 

@@ -13,7 +13,7 @@ from typing import Literal
 from prefect import flow
 from prefect.events import emit_event
 
-from dualview_core.profiles import Profile, DataSourceOverrides, SynthesisOverrides, for_synthesis
+from dualview_core.config.profiles import Profile, DataSourceOverrides, SynthesisOverrides, for_synthesis
 from flows.synthesize import synthesize
 from tasks.stages import SEEDS_CHANGED_EVENT, fingerprint_seeds, last_fingerprint
 

@@ -1,6 +1,6 @@
 """Versioned prompt templates, shipped as package data.
 
-A template's version is the hash of its exact text (`dualview_core.prompting.prompt_version`), so
+A template's version is the hash of its exact text (`dualview_core.method.prompting.prompt_version`), so
 editing a template changes every cache key built on it and old answers are never reused by mistake.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 POLARITY_REVERSAL = "polarity_reversal.md"
-VERIFICATION = "verification.md"  # the optional second pass (dualview_core/verification.py)
+VERIFICATION = "verification.md"  # the optional second pass (dualview_core/synthesis/verdicts.py)
 
 
 def load(name: str = POLARITY_REVERSAL) -> str:

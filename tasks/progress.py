@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-Emit = Callable[[str], None]
+Progress = Callable[[str], None]  # where progress lines go: print, a logger, a list in tests
 
 
 def duration(seconds: float) -> str:
@@ -54,7 +54,7 @@ class Meter:
     is passed as `already`: it counts as done but not in the rate.
     """
 
-    def __init__(self, label: str, total: int | None, unit: str, emit: Emit, every_s: float = 0.0,
+    def __init__(self, label: str, total: int | None, unit: str, emit: Progress, every_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic):
         self.label, self.total, self.unit, self.emit, self.every_s, self.clock = label, total, unit, emit, every_s, clock
         self.done = self.baseline = 0
@@ -85,7 +85,7 @@ class Meter:
 class Waiting:
     """A wait in progress: `stop()` ends the reminders (also called when the `with` block exits)."""
 
-    def __init__(self, label: str, what: str, detail: str, emit: Emit, every_s: float, clock: Callable[[], float]):
+    def __init__(self, label: str, what: str, detail: str, emit: Progress, every_s: float, clock: Callable[[], float]):
         self._stop, self.started, self.clock = threading.Event(), clock(), clock
         emit(f"{label}: {what}" + (f" ({detail})" if detail else ""))
 
@@ -105,7 +105,7 @@ class Waiting:
 
 
 @contextlib.contextmanager
-def waiting(label: str, what: str, detail: str, emit: Emit, every_s: float = 30.0,
+def waiting(label: str, what: str, detail: str, emit: Progress, every_s: float = 30.0,
             clock: Callable[[], float] = time.monotonic) -> Iterator[Waiting]:
     """Say '<label>: <what> (<detail>)' now, then '<label>: still <what> (45 s so far)' every
     `every_s` seconds until `stop()` or the end of the block.

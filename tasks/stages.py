@@ -1,7 +1,7 @@
 """Prefect tasks: thin adapters around the stage functions (read → core → write), one per stage.
 
-The stage functions themselves (`tasks.synthesis.run_synthesis`, `tasks.training.train`,
-`tasks.evaluation.evaluate_task`) run without Prefect, which is how the CLI calls them. Here they get
+The stage functions themselves (`tasks.synthesis.driver.run_synthesis`, `tasks.training.trainer.train`,
+`tasks.evaluation.runner.evaluate_task`) run without Prefect, which is how the CLI calls them. Here they get
 names, retries where a retry is safe, and a concurrency slot per synthesis output, so two runs on
 the same output (a schedule and a manual trigger, say) queue instead of interleaving writes.
 """
@@ -16,10 +16,10 @@ from prefect.cache_policies import NO_CACHE
 
 from dualview_core.config import DataSource, EvaluationConfig, PipelineConfig, SynthesisConfig, TrainingConfig
 from dualview_core.keys import digest
-from dualview_core.layout import REJECTIONS, dual_views_of, output_options
-from dualview_core.sweep import point_training
-from tasks.runs import RunRef, flow_run_tracked, pipeline_lineage, stage_run
-from tasks.tracking import flatten, log_datasets, log_dict, log_metrics, mlflow_client, synthesis_metrics
+from dualview_core.storage.layout import REJECTIONS, dual_views_of, output_options
+from dualview_core.training.sweep import point_training
+from tasks.tracking.runs import RunRef, flow_run_tracked, pipeline_lineage, stage_run
+from tasks.tracking.mlflow_access import flatten, log_datasets, log_dict, log_metrics, mlflow_client, synthesis_metrics
 
 SEEDS_CHANGED_EVENT = "dualview.seeds.changed"
 
@@ -51,8 +51,8 @@ def _hold_slot(name: str):
 def synthesize_seeds(seeds: DataSource, out: str, config: SynthesisConfig, out_options: dict | None = None) -> dict:
     """Not retried: a failed run resumes from its published shards when run again. With
     `config.ray_job` the run is a Ray Job whose log lines become this task's log."""
-    from tasks.ray_job import run_as_job
-    from tasks.synthesis import run_synthesis
+    from tasks.synthesis.ray_job import run_as_job
+    from tasks.synthesis.driver import run_synthesis
 
     logger = get_run_logger()
     with _hold_slot(synthesis_slot(out)):
@@ -64,14 +64,14 @@ def synthesize_seeds(seeds: DataSource, out: str, config: SynthesisConfig, out_o
 
 @task(name="fingerprint seeds", retries=3, retry_delay_seconds=2)
 def fingerprint_seeds(seeds: DataSource) -> str:
-    from dualview_core.sources import source_fingerprint
+    from dualview_core.data.sources import source_fingerprint
 
     return source_fingerprint(seeds.path, dict(seeds.storage_options))
 
 
 @task(name="last synthesized fingerprint", retries=3, retry_delay_seconds=2)
 def last_fingerprint(out: str, storage_options: dict) -> str | None:
-    from tasks.record_store import RecordStore
+    from tasks.synthesis.record_store import RecordStore
 
     return RecordStore(out, storage_options).manifest().get("summary", {}).get("source_fingerprint")
 
@@ -109,7 +109,7 @@ def synthesize_tracked(parent: RunRef, seeds: DataSource, out: str, config: Synt
 def _sample(out: str, storage_options: dict, rows: int = 20) -> dict:
     """The first dual-view rows and rejections, for a look in the MLflow UI."""
     from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
-    from dualview_core.io import read_table
+    from dualview_core.storage.tables import read_table
 
     options = dict(storage_options)
     dual_views = read_table(dual_views_of(out), DUAL_VIEW_ROW, options).slice(0, rows).to_pylist()
@@ -132,8 +132,8 @@ def _log_text_file(run: RunRef, path: str, storage_options: dict, folder: str) -
 @task(name="train", cache_policy=NO_CACHE)
 def train_tracked(parent: RunRef, seeds: DataSource, dual_views: str, out: str, config: TrainingConfig,
                   processes: int = 1, out_options: dict | None = None) -> dict:
-    from tasks.train_worker import run as train_run
-    from tasks.training import TrainProgress
+    from tasks.training.worker import run as train_run
+    from tasks.training.trainer import TrainProgress
 
     with stage_run(parent, "train", params=flatten(config, "training")) as run:
         # one set of fsspec options serves the seeds, the dual views and the output (one store)
@@ -157,7 +157,7 @@ def train_tracked(parent: RunRef, seeds: DataSource, dual_views: str, out: str, 
 @task(name="evaluate", task_run_name="evaluate {label}", cache_policy=NO_CACHE)
 def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: DataSource, config: EvaluationConfig,
                      out: str, out_options: dict | None = None):
-    from tasks.evaluation import evaluate_task, log_evaluation, write_outputs
+    from tasks.evaluation.runner import evaluate_task, log_evaluation, write_outputs
 
     with stage_run(parent, f"evaluate-{label}", tags={"dualview.model": model}) as run:
         with _local_model(model, out_options or {}) as local:
@@ -173,9 +173,9 @@ def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: DataSourc
 def log_headline(run: RunRef, config: PipelineConfig, synthesis: dict, trained: dict, reports: dict) -> dict[str, float]:
     """The pipeline's headline numbers and its inputs (seeds, dual views, training mixture, eval set)
     on the parent run, so the experiment's table compares pipeline runs row by row."""
-    from dualview_core.headline import evaluation_headline, synthesis_headline, training_headline
-    from dualview_core.sources import source_fingerprint
-    from tasks.training import LOSS
+    from dualview_core.evaluation.headline import evaluation_headline, synthesis_headline, training_headline
+    from dualview_core.data.sources import source_fingerprint
+    from tasks.training.trainer import LOSS
 
     e = config.evaluation
     metrics = (evaluation_headline(reports, e.bootstrap_resamples, e.bootstrap_seed, e.confidence)
@@ -196,7 +196,7 @@ def log_headline(run: RunRef, config: PipelineConfig, synthesis: dict, trained: 
 def _local_model(model: str, options: dict) -> Iterator[str]:
     """A checkpoint on s3:// is copied to a local temporary folder (transformers loads from disk),
     removed when the evaluation is done."""
-    from dualview_core.sources import is_remote
+    from dualview_core.storage.filesystems import is_remote
 
     if not is_remote(model):
         yield model
@@ -228,6 +228,6 @@ def train_point(parent: RunRef, point: dict, p: PipelineConfig) -> dict:
 
 @task(name="sweep figure", cache_policy=NO_CACHE)
 def log_sweep_figure(run: RunRef, results: list[dict], base) -> None:
-    from tasks.summary import sweep_figure
+    from tasks.evaluation.summary import sweep_figure
     figure = sweep_figure(results, base.as_dict(with_per_query=False)["metrics"])
     mlflow_client(run.tracking_uri).log_figure(run.run_id, figure, "sweep/summary.png")

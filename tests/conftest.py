@@ -35,15 +35,6 @@ def rows() -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def st_folders(tmp_path_factory) -> dict:
-    """variant -> a model folder saved by sentence-transformers 6.2 (tests/helpers/st_folders.py), each
-    built once per session, on first use."""
-    from tests.helpers.st_folders import Folders
-
-    return Folders(tmp_path_factory.mktemp("st-folders"))
-
-
-@pytest.fixture(scope="session")
 def sample(tmp_path_factory) -> tuple[str, str]:
     """(seeds, dual views) for training tests (integration and gpu): the bundled seeds and one fixture
     dual view per seed (tests/helpers/samples.py), written once per session."""

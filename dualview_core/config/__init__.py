@@ -6,21 +6,24 @@
     training    MixtureConfig, TrainingConfig
     evaluation  EvaluationConfig
     pipeline    PipelineConfig, SweepConfig: the stages together, and what they must agree on
+    profiles    named profiles (profiles/*.yaml) and how a run's own fields merge over them
+    cluster     ClusterConfig: the Kubernetes deployment and what its manifests must agree on
+    sizing      the 80B model's arithmetic (tensor parallel degree, KV cache, hours)
 
-Every field documents its trade-off. Flows take these models (as overrides, dualview_core.profiles)
+Every field documents its trade-off. Flows take these models (as overrides, dualview_core.config.profiles)
 as parameters, so Prefect validates them and its UI renders them as forms. Environment variables
-are read at the edges (tasks, CLI), never here. The cluster's configuration is profiles/cluster.py.
+are read at the edges (tasks, CLI), never here.
 """
 
 from dualview_core.config.base import SECRET_WORDS, ConfigModel, Pooling, is_secret_name
 from dualview_core.config.data import DataSource, ValidationConfig
 from dualview_core.config.evaluation import EvaluationConfig
 from dualview_core.config.pipeline import PipelineConfig, SweepConfig
-from dualview_core.config.synthesis import (GuardConfig, OpenAIEngineConfig, RayJobConfig, ReferenceEngineConfig,
+from dualview_core.config.synthesis import (GuardConfig, OpenAIEngineConfig, RayJobConfig, PluginEngineConfig,
                                             SamplingConfig, SynthesisConfig, VLLMEngineConfig)
 from dualview_core.config.training import MixtureConfig, MixtureName, TrainingConfig
 
 __all__ = ["SECRET_WORDS", "ConfigModel", "DataSource", "EvaluationConfig", "GuardConfig", "MixtureConfig",
-           "MixtureName", "OpenAIEngineConfig", "PipelineConfig", "Pooling", "RayJobConfig", "ReferenceEngineConfig",
+           "MixtureName", "OpenAIEngineConfig", "PipelineConfig", "Pooling", "RayJobConfig", "PluginEngineConfig",
            "SamplingConfig", "SweepConfig", "SynthesisConfig", "TrainingConfig", "VLLMEngineConfig",
            "ValidationConfig", "is_secret_name"]

@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dualview_core.model_folder import POOLING_MODES
-
-Pooling = Literal[POOLING_MODES]  # sentence-transformers' pooling modes, one owner: model_folder
+# sentence-transformers' pooling modes (its Pooling module checks them again when a model is built)
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+Pooling = Literal[POOLING_MODES]
 
 SECRET_WORDS = ("key", "secret", "token", "password", "credential", "authorization")
 

@@ -12,19 +12,19 @@ from dualview_core.config.data import DataSource
 from dualview_core.config.evaluation import EvaluationConfig
 from dualview_core.config.synthesis import SynthesisConfig
 from dualview_core.config.training import MixtureConfig, MixtureName, TrainingConfig
-from dualview_core.layout import Layout, output_options
+from dualview_core.storage.layout import Layout, output_options
 
 
 def _bundled_seeds() -> DataSource:
-    from dualview_core import samples
+    from dualview_core import sample
 
-    return DataSource(path=samples.seeds_path())
+    return DataSource(path=sample.seeds_path())
 
 
 def _bundled_eval_set() -> DataSource:
-    from dualview_core import samples
+    from dualview_core import sample
 
-    return DataSource(path=samples.followir_path())
+    return DataSource(path=sample.followir_path())
 
 
 def _demo_training() -> TrainingConfig:
@@ -73,11 +73,11 @@ class PipelineConfig(ConfigModel):
         return self
 
     def output_options(self) -> dict:
-        """Storage options of everything written under `workdir` (dualview_core.layout's rule)."""
+        """Storage options of everything written under `workdir` (dualview_core.storage.layout's rule)."""
         return output_options(self.workdir_storage_options, self.seeds.storage_options)
 
     def layout(self) -> Layout:
-        """The folders under `workdir` (dualview_core.layout)."""
+        """The folders under `workdir` (dualview_core.storage.layout)."""
         return Layout(self.workdir)
 
 

@@ -1,9 +1,9 @@
-"""Synthesis: the engines (vLLM, an OpenAI-compatible endpoint, the reference engine), decoding,
+"""Synthesis: the engines (vLLM, an OpenAI-compatible endpoint, a plugin), decoding,
 guards, and how a run reaches Ray. The `synthesize` flow's form."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -147,14 +147,15 @@ class OpenAIEngineConfig(ConfigModel):
         return tuple(u.rstrip("/") for u in self.base_urls or (self.base_url,))
 
 
-class ReferenceEngineConfig(ConfigModel):
-    """The reference engine, for controlled benchmarks only (the method check): it writes the known
-    correct reversed instruction from a world's metadata (`dualview_core.world`), not from a model."""
+class PluginEngineConfig(ConfigModel):
+    """An engine defined outside the project, built in the driver's process: `factory` names a callable
+    that takes `options` and returns an object with `answers(rows)` (tasks/synthesis/engines.py says
+    what a row and an answer hold). Controlled benchmarks plug their reference engine in this way."""
 
-    world: str | None = Field(
-        None, description="The world.json written with the seeds (`World.write`). Seeds it does not "
-        "describe get an engine error, never an invented answer.",
-    )
+    factory: str | None = Field(None, description="'package.module:callable' that builds the engine from `options`.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the factory.")
+    model_id: str = Field("plugin", description="The model id recorded in records; part of every cache key.")
+    batch_rows: int = Field(256, gt=0, description="Rows the engine answers at a time (progress moves per batch).")
 
 
 class RayJobConfig(ConfigModel):
@@ -174,13 +175,13 @@ class RayJobConfig(ConfigModel):
 class SynthesisConfig(ConfigModel):
     """Polarity-reversal synthesis: which engine, how to decode, what to accept."""
 
-    engine: Literal["vllm", "openai", "reference"] = Field(
-        "vllm", description="Which engine writes the instructions. 'reference' exists only for controlled "
-        "benchmarks whose correct answers are known (benchmarks/method_check.py), never for real seeds.",
+    engine: Literal["vllm", "openai", "plugin"] = Field(
+        "vllm", description="Which engine writes the instructions: vLLM through Ray Data, any OpenAI-compatible "
+        "endpoint, or a plugin named in `plugin` (controlled benchmarks use one that knows the answers).",
     )
     vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig)
     openai: OpenAIEngineConfig = Field(default_factory=OpenAIEngineConfig)
-    reference: ReferenceEngineConfig = Field(default_factory=ReferenceEngineConfig)
+    plugin: PluginEngineConfig = Field(default_factory=PluginEngineConfig)
     sampling: SamplingConfig = Field(
         default_factory=lambda: SamplingConfig(
             max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
@@ -238,12 +239,5 @@ class SynthesisConfig(ConfigModel):
                              f"unset (got {self.ray_address!r})")
         return self
 
-    @model_validator(mode="after")
-    def _reference_needs_no_verifier(self) -> SynthesisConfig:
-        if self.engine == "reference" and self.verify:
-            raise ValueError("verify asks a model to check answers; the reference engine's answers are known "
-                             "correct and it has no model: turn verify off")
-        return self
-
     def model_id(self) -> str:
-        return {"vllm": self.vllm.model, "openai": self.openai.model, "reference": "reference"}[self.engine]
+        return {"vllm": self.vllm.model, "openai": self.openai.model, "plugin": self.plugin.model_id}[self.engine]

@@ -10,6 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from dualview_core.storage.layout import PROJECT_ROOT
+
 EXIT_OK, EXIT_UNUSABLE = 0, 2
 
 
@@ -28,7 +30,6 @@ def add_endpoint_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint-url", help="S3-compatible endpoint for s3:// paths (credentials from env)")
 
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 # Variables naming a folder a tool writes into: created (with parents) before any tool starts, since

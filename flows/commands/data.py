@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from dualview_core import samples
+from dualview_core import sample
 from dualview_core.config import ValidationConfig
 from flows.commands import EXIT_OK, add_endpoint_flag, print_json, storage_options
 
 
 def cmd_seeds_check(args: argparse.Namespace) -> int:
-    from dualview_core.loading import stream_seeds
+    from dualview_core.data.loading import stream_seeds
 
     cfg = ValidationConfig(max_passage_chars=args.max_passage_chars)
     batches, validator = stream_seeds(args.path, storage_options(args), cfg, args.quarantine)
@@ -26,9 +26,9 @@ def cmd_seeds_check(args: argparse.Namespace) -> int:
 
 def cmd_seeds_select(args: argparse.Namespace) -> int:
     from dualview_core.contracts import SEED_ROW
-    from dualview_core.io import TableWriter
-    from dualview_core.loading import stream_seeds
-    from dualview_core.seeds import select_synthesis_seeds
+    from dualview_core.storage.tables import TableWriter
+    from dualview_core.data.loading import stream_seeds
+    from dualview_core.data.seeds import select_synthesis_seeds
 
     batches, validator = stream_seeds(args.path, storage_options(args), quarantine_path=args.quarantine)
     with TableWriter(args.out, SEED_ROW, storage_options(args)) as writer:
@@ -39,7 +39,7 @@ def cmd_seeds_select(args: argparse.Namespace) -> int:
 
 
 def cmd_evalset_check(args: argparse.Namespace) -> int:
-    from dualview_core.evalsets import load_eval_set
+    from dualview_core.data.evalsets import load_eval_set
 
     load = load_eval_set(args.path, storage_options=storage_options(args))
     es = load.eval_set
@@ -59,7 +59,7 @@ def cmd_evalset_check(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded defaults: the whole pipeline on the bundled sample, on a temporary
     Prefect API, a local Ray, the CPU vLLM with SmolLM2, MiniLM, DeepSpeed on CPU, MLflow in SQLite."""
-    from dualview_core.profiles import resolve
+    from dualview_core.config.profiles import resolve
     from flows.commands import stderr_filter
     from flows.pipeline import pipeline
 
@@ -79,7 +79,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sample_path(args: argparse.Namespace) -> int:
-    print(samples.seeds_path() if args.what == "seeds" else samples.followir_path())
+    print(sample.seeds_path() if args.what == "seeds" else sample.followir_path())
     return EXIT_OK
 
 

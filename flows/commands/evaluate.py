@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from dualview_core.config import EvaluationConfig
-from dualview_core.metrics import MAP_1000, NDCG_5, NDCG_10, SCALE
-from dualview_core.model_folder import POOLING_MODES
-from dualview_core.sources import SourceError
+from dualview_core.method.metrics import MAP_1000, NDCG_5, NDCG_10, SCALE
+from dualview_core.config.base import POOLING_MODES
+from dualview_core.data.sources import SourceError
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
 
 DEFAULTS = EvaluationConfig()
@@ -29,7 +29,7 @@ def _config(args: argparse.Namespace, **overrides) -> EvaluationConfig:
 
 
 def _check_measures(measures: list[str]) -> None:
-    from dualview_core.metrics import pytrec_measure
+    from dualview_core.method.metrics import pytrec_measure
 
     for m in measures:
         try:
@@ -39,8 +39,8 @@ def _check_measures(measures: list[str]) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from dualview_core.eval_report import score_runs
-    from dualview_core.trec import read_qrels, read_run
+    from dualview_core.evaluation.scoring import score_runs
+    from dualview_core.data.trec import read_qrels, read_run
 
     _check_measures(args.measures)
     qrels_og, qrels_changed = read_qrels(args.qrels_og), read_qrels(args.qrels_changed)
@@ -53,8 +53,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from dualview_core.encoder import resolve_model
-    from tasks.evaluation import evaluate_task
+    from dualview_core.model import resolve_model
+    from tasks.evaluation.runner import evaluate_task
 
     if not Path(resolve_model(args.model)).is_dir():
         raise SourceError(f"{args.model}: no such model folder (a Hugging Face or sentence-transformers folder, or 'minilm')")
@@ -63,7 +63,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.mlflow_experiment:  # a server that refuses our credentials: say so before the evaluation, not after
         import mlflow
 
-        from tasks.tracking import TrackingAccessError, check_tracking_access
+        from tasks.tracking.mlflow_access import TrackingAccessError, check_tracking_access
 
         try:
             check_tracking_access(mlflow.get_tracking_uri())
@@ -85,8 +85,8 @@ def _log_to_mlflow(report, cfg: EvaluationConfig, experiment: str) -> None:
     """A run of its own in `experiment`, on the tracking URI MLflow reads from the environment."""
     import mlflow
 
-    from tasks.evaluation import log_evaluation
-    from tasks.tracking import close_run, experiment_id, open_run
+    from tasks.evaluation.runner import log_evaluation
+    from tasks.tracking.mlflow_access import close_run, experiment_id, open_run
 
     uri = mlflow.get_tracking_uri()
     # MLflow writes "View run … at: URL" to stdout when a run ends; stdout is our JSON, so send it to stderr
@@ -110,16 +110,16 @@ def _per_query(path: str, qrels, measure: str) -> dict[str, dict[str, float]]:
         return json.loads(report.read_text())["per_query"]
     if qrels is None:
         raise SourceError(f"{path}: a TREC run needs --qrels to be compared")
-    from dualview_core.metrics import per_query_measures
-    from dualview_core.trec import read_run
+    from dualview_core.method.metrics import per_query_measures
+    from dualview_core.data.trec import read_run
 
     values = per_query_measures(qrels, read_run(path, qrels, known_label="--qrels"), [measure])
     return {m: {q: v * SCALE for q, v in per_q.items()} for m, per_q in values.items()}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from dualview_core.stats import paired_test
-    from dualview_core.trec import read_qrels
+    from dualview_core.evaluation.stats import paired_test
+    from dualview_core.data.trec import read_qrels
 
     _check_measures([args.measure])
     qrels = read_qrels(args.qrels) if args.qrels else None

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
-from dualview_core.profiles import resolve
-from dualview_core.ray_job import read_spec
+from dualview_core.config.profiles import resolve
+from dualview_core.synthesis.job_spec import read_spec
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
 
 
@@ -31,12 +31,12 @@ def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from flows.commands import stderr_filter
-    from tasks.synthesis import run_synthesis
+    from tasks.synthesis.driver import run_synthesis
 
     stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
     from flows.commands.train import stdout_to_stderr
 
-    if args.spec:  # a submitted Ray job (dualview_core/ray_job.py): the whole run in one argument
+    if args.spec:  # a submitted Ray job (dualview_core/synthesis/job_spec.py): the whole run in one argument
         seeds, seed_options, out, out_options, cfg = read_spec(args.spec)
     elif args.seeds and args.out:
         seeds, seed_options, out, out_options, cfg = args.seeds, storage_options(args), args.out, None, config_from_args(args)
@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="seed rows (Parquet/JSONL/folder, local or s3://)")
     p.add_argument("--out", help="output folder (local or s3://); re-runs only do what is missing")
     p.add_argument("--spec", help="the whole run as JSON (seeds, out, options, config) instead of the flags below: "
-                   "what a synthesis submitted as a Ray Job runs (dualview_core/ray_job.py)")
+                   "what a synthesis submitted as a Ray Job runs (dualview_core/synthesis/job_spec.py)")
     p.add_argument("--profile", default="cpu", help="profiles/<name>.yaml to start from (cpu, cluster); the flags "
                    "below override it")
     p.add_argument("--engine", choices=["vllm", "openai"], help="default: the profile's (vllm)")

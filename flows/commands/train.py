@@ -4,7 +4,7 @@ Flags map one to one onto `TrainingConfig` / `MixtureConfig` fields (their help 
 description); a flag left out keeps the config default, and the config validates the result.
 Prints a JSON summary; exit 2 with one line on stderr when the request cannot be run (bad config,
 a mixture the data cannot make, strict negatives the data lacks, an output that exists, a saved state
-of another run, a step that cannot fit in memory — `tasks.preflight`). Run again with the same `--out`
+of another run, a step that cannot fit in memory — `tasks.training.preflight`). Run again with the same `--out`
 after a crash and it resumes from `<out>.state`.
 """
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.profiles import merge, resolve
+from dualview_core.config.profiles import merge, resolve
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
 
 # flag dest -> config field, for the fields whose flag name differs from the field name
@@ -92,7 +92,7 @@ def stdout_to_stderr() -> Iterator[None]:
 
 def progress_printer():
     """A training callback printing progress lines on stderr (stdout holds only the JSON summary)."""
-    from tasks.training import TrainProgress
+    from tasks.training.trainer import TrainProgress
 
     lines = TrainProgress()
 
@@ -106,12 +106,12 @@ def progress_printer():
 def cmd_train(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from dualview_core.mixtures import MixtureError
-    from dualview_core.negatives import NegativesError
-    from dualview_core.resume import StateMismatch
-    from tasks.preflight import MemoryShortfall
-    from tasks.train_output import OutputExists
-    from tasks.train_worker import run
+    from dualview_core.method.mixtures import MixtureError
+    from dualview_core.method.negatives import NegativesError
+    from dualview_core.training.resume import StateMismatch
+    from tasks.training.preflight import MemoryShortfall
+    from tasks.training.output import OutputExists
+    from tasks.training.worker import run
 
     started = time.perf_counter()
     try:

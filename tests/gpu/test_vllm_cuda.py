@@ -14,13 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from dualview_core import samples
+from dualview_core import sample
 from dualview_core.config import SynthesisConfig, VLLMEngineConfig
-from tasks.synthesis import run_synthesis
+from tasks.synthesis.driver import run_synthesis
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-MODEL_CACHE = REPO / ".cache" / "models"  # the packaged GGUF, converted once (tasks/llm_models.py)
+MODEL_CACHE = REPO / ".cache" / "models"  # the packaged GGUF, converted once (tasks/synthesis/llm_models.py)
 SEEDS = 6
 PREFILL = "<answer><new_instruction>"  # SynthesisConfig's default sampling for the small model
 
@@ -41,7 +41,7 @@ def test_vllm_on_cuda_turns_every_seed_into_a_dual_view_or_a_rejection(tensor_pa
     out = tmp_path / "syn"
     cfg = gpu_config(tensor_parallel_size)
     assert cfg.vllm.tensor_parallel_size == tensor_parallel_size and not cfg.vllm.cpu
-    summary = run_synthesis(samples.seeds_path(), str(out), cfg, progress=lambda m: None)
+    summary = run_synthesis(sample.seeds_path(), str(out), cfg, progress=lambda m: None)
 
     dual_views = pq.read_table(out / "dual_views.parquet").to_pylist()
     rejections = pq.read_table(out / "rejections.parquet").to_pylist()

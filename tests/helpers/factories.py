@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dualview_core.dual_view import make_dual_view
-from dualview_core.seeds import SeedValidator
-from dualview_core.sources import RawRow
+from dualview_core.method.dual_view import make_dual_view
+from dualview_core.data.seeds import SeedValidator
+from dualview_core.data.sources import RawRow
 
 
 def passage(doc_id: str, text: str, title: str = "") -> dict:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from profiles import cluster
-from profiles.cluster import ClusterConfig
+from dualview_core.config import cluster
+from dualview_core.config.cluster import ClusterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"

@@ -6,35 +6,35 @@ from __future__ import annotations
 
 import torch
 
-from dualview_core import samples
+from dualview_core import sample
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.negatives import block_width
-from tasks.train_output import full_state_dict
-from tasks.train_worker import load_mixture
-from tasks.training import _load, _micro_batches, _micro_step, worker_environment
+from dualview_core.method.negatives import block_width
+from tasks.training.output import full_state_dict
+from tasks.training.worker import load_mixture
+from tasks.training.trainer import _load, _micro_batches, _micro_step, worker_environment
 
 
 def trained_weights(stage: int, precision: str, steps: int = 3) -> tuple[dict, dict]:
     """(published fp32 weights, the engine's working copy gathered), after a few optimizer steps."""
     cfg = TrainingConfig(mixture=MixtureConfig(name="ins-orig"), batch_size=2, max_length=32, negatives=1,
                          zero_stage=stage, precision=precision, learning_rate=1e-3)
-    mixture = load_mixture(cfg.mixture, samples.seeds_path(), None)
+    mixture = load_mixture(cfg.mixture, sample.seeds_path(), None)
     with worker_environment():
-        engine, encoder = _load(cfg, 10, 1)
+        engine, model = _load(cfg, 10, 1)
         engine.train()
         batches = _micro_batches(mixture, cfg, block_width(mixture.rows, cfg.negatives, strict=False), 0, 1)
         for _ in range(steps):
-            _micro_step(engine, encoder, next(batches), cfg, 0, 1)
-        weights, _ = full_state_dict(engine, encoder)
+            _micro_step(engine, model, next(batches), cfg, 0, 1)
+        weights = full_state_dict(engine)
         if stage == 3:
             working = {k.removeprefix("model."): v for k, v in engine._zero3_consolidated_16bit_state_dict().items()}
         else:
-            working = {k: v.detach() for k, v in encoder.model.state_dict().items()}
+            working = {k: v.detach() for k, v in model.state_dict().items()}
     return weights, working
 
 
 def check_masters(weights: dict, working: dict, device_dtype=torch.bfloat16) -> None:
-    name = "embeddings.word_embeddings.weight"
+    name = "0.model.embeddings.word_embeddings.weight"
     for key, value in weights.items():
         assert value.dtype == torch.float32 and key in working
         assert torch.equal(value.to(device_dtype), working[key].cpu()), key  # masters round to the working copy

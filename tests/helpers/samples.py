@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# a sentence-transformers folder (dualview_core/checkpoint.py's layout) plus how it was trained
+# a folder `SentenceTransformer.save` writes, plus how it was trained (dualview.json)
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json",
                     "1_Pooling/config.json", "sentence_bert_config.json", "config_sentence_transformers.json",
                     "dualview.json"}
@@ -23,15 +23,15 @@ def write_sample_views(folder: Path) -> tuple[str, str]:
     and instruction negatives, written to `folder`/dual_views.parquet."""
     import pyarrow as pa
 
-    from dualview_core import samples
+    from dualview_core import sample
     from dualview_core.contracts import DUAL_VIEW_ROW
-    from dualview_core.dual_view import make_dual_view
-    from dualview_core.io import write_table
-    from dualview_core.loading import read_seeds
+    from dualview_core.method.dual_view import make_dual_view
+    from dualview_core.storage.tables import write_table
+    from dualview_core.data.loading import read_seeds
 
-    seeds = read_seeds(samples.seeds_path()).seeds.to_pylist()
+    seeds = read_seeds(sample.seeds_path()).seeds.to_pylist()
     views = [make_dual_view(s, fixture_instruction(s), prompt_version="fixture", model_id="hand-written")
              for s in seeds if s["has_instruction"] and s["instruction_negatives"]]
     path = str(Path(folder) / "dual_views.parquet")
     write_table(path, pa.Table.from_pylist(views, schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW)
-    return samples.seeds_path(), path
+    return sample.seeds_path(), path

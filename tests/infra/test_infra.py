@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
-from profiles import cluster
+from dualview_core.config import cluster
 from tests.helpers.infra import (CFG, INFRA, KUBERNETES_VERSIONS, ROOT, all_objects, containers, find, manifest_files,
                                   pod_specs, pyproject_pin, secret_refs, tool, validate_k8s)
 

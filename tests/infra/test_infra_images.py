@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from profiles import cluster
-from tasks.engines import PASSTHROUGH_ENV
+from dualview_core.config import cluster
+from tasks.synthesis.engines import PASSTHROUGH_ENV
 from tests.helpers.infra import DOCKER, DOCKERFILES, GPU_REPLACED, ROOT, instructions, pyproject_pin, tool
 
 FLOW_RUN_IMAGES = ("flow-runner", "trainer")  # the work pool passes `prefect flow-run execute` as args

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from profiles import cluster
+from dualview_core.config import cluster
 from tests.helpers.infra import CFG, INFRA, KUBERNETES_VERSIONS, ROOT, find, pyproject_pin, validate_k8s
 
 TEMPLATE = json.loads((INFRA / "prefect" / "k8s-work-pool.json").read_text())

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 from kubernetes_validate.utils import schema_contents
 
-from profiles import cluster
-from profiles.cluster import ClusterConfig
+from dualview_core.config import cluster
+from dualview_core.config.cluster import ClusterConfig
 from tests.helpers.infra import CFG, INFRA, KUBERNETES_VERSIONS, ROOT, find, pod_specs, pyproject_pin
 
 RAY = find("RayCluster", CFG.ray_cluster)

@@ -1,12 +1,12 @@
-"""The sizing arithmetic of profiles/sizing.py on hand-computed values, and the runbook's numbers
+"""The sizing arithmetic of dualview_core/config/sizing.py on hand-computed values, and the runbook's numbers
 recomputed from it, so docs/cluster.md cannot drift from the code that produced them."""
 
 from __future__ import annotations
 
 import pytest
 
-from profiles import sizing as cluster
-from profiles.sizing import QWEN3_NEXT_80B as M
+from dualview_core.config import sizing as cluster
+from dualview_core.config.sizing import QWEN3_NEXT_80B as M
 from tests.helpers.infra import CFG, ROOT
 
 RUNBOOK = (ROOT / "docs" / "cluster.md").read_text()

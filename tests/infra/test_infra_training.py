@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from profiles import cluster
-from dualview_core.ds_config import deepspeed_config, precision
+from dualview_core.config import cluster
+from dualview_core.training.ds_config import deepspeed_config, precision
 from tests.helpers.infra import CFG, INFRA, find, load_objects
 
 JOB = load_objects(INFRA / "training" / "train-job.yaml")[0]

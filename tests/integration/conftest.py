@@ -72,7 +72,7 @@ def browser():
 def vllm_server(tmp_path_factory):
     """vLLM's OpenAI-compatible server on 127.0.0.1, serving the packaged SmolLM2; started once for
     the session (the synthesis tests and the orchestration story share it)."""
-    from tasks.llm_models import resolve_llm
+    from tasks.synthesis.llm_models import resolve_llm
 
     model = resolve_llm("smollm2", Path(__file__).resolve().parents[2] / ".cache" / "models")
     port = free_port()

@@ -14,9 +14,9 @@ from prefect import flow
 from prefect.testing.utilities import prefect_test_harness
 
 from dualview_core.config import PipelineConfig
-from tasks.runs import stage_run
+from tasks.tracking.runs import stage_run
 from tasks.stages import pipeline_run
-from tasks.tracking import FLOW_RUN_TAG, log_metrics, mlflow_client
+from tasks.tracking.mlflow_access import FLOW_RUN_TAG, log_metrics, mlflow_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

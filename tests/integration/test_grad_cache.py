@@ -3,7 +3,7 @@
 slow: each variant loads its own engine, ~15 s).
 
 Each variant loads the model afresh with the same seed and back-propagates one micro-batch of
-the bundled sample (`tasks.training._backward`, which the trainer runs before `engine.step()`); the
+the bundled sample (`tasks.training.trainer._backward`, which the trainer runs before `engine.step()`); the
 full gradient of every weight is read through DeepSpeed (`safe_get_full_grad`, ZeRO's partitions
 included) and compared at fp32 tolerance. The dropout check: the same step with the RNG state not
 restored between the two passes gives different gradients, so the comparison can fail.
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.negatives import block_width, make_batch
+from dualview_core.method.negatives import block_width, make_batch
 
 pytestmark = [pytest.mark.integration]
 
@@ -31,7 +31,7 @@ CHUNK = 3  # texts per chunk in both variants: the same chunks draw the same dro
 def gradients(cfg: TrainingConfig, batch) -> tuple[float, dict[str, torch.Tensor]]:
     from deepspeed.utils import safe_get_full_grad
 
-    from tasks.training import _backward, _load, worker_environment
+    from tasks.training.trainer import _backward, _load, worker_environment
 
     with worker_environment():
         engine, encoder = _load(cfg, steps=10, world=1)
@@ -43,7 +43,7 @@ def gradients(cfg: TrainingConfig, batch) -> tuple[float, dict[str, torch.Tensor
 
 @pytest.fixture(scope="module")
 def batch(sample):
-    from tasks.train_worker import load_mixture
+    from tasks.training.worker import load_mixture
 
     cfg = TrainingConfig(mixture=MixtureConfig(name="all-dv"), negatives=3)
     mixture = load_mixture(cfg.mixture, *sample)
@@ -71,7 +71,7 @@ def test_a_cached_step_has_the_uncached_gradients(batch, zero):
 
 
 def test_without_the_saved_rng_state_dropout_differs(batch, monkeypatch):
-    from tasks import grad_cache
+    from tasks.training import grad_cache
 
     _, plain = gradients(small(grad_cache_chunk=0), batch)
     monkeypatch.setattr(grad_cache.RngState, "restore", lambda self: None)
@@ -84,7 +84,7 @@ def _rank_gradients(rank: int, world: int, port: int, cfg: TrainingConfig, batch
     """One spawned rank: this rank's micro-batch through `_backward`; rank 0 saves the full gradients."""
     from deepspeed.utils import safe_get_full_grad
 
-    from tasks.training import _backward, _load, worker_environment
+    from tasks.training.trainer import _backward, _load, worker_environment
 
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
@@ -100,7 +100,7 @@ def _rank_gradients(rank: int, world: int, port: int, cfg: TrainingConfig, batch
 def two_rank_gradients(cfg: TrainingConfig, batches: list, out: str) -> tuple[float, dict[str, torch.Tensor]]:
     import torch.multiprocessing as mp
 
-    from tasks.training import free_port
+    from tasks.training.trainer import free_port
 
     mp.start_processes(_rank_gradients, args=(2, free_port(), cfg, batches, out), nprocs=2, start_method="spawn")
     saved = torch.load(out)
@@ -110,7 +110,7 @@ def two_rank_gradients(cfg: TrainingConfig, batches: list, out: str) -> tuple[fl
 @pytest.mark.slow
 @pytest.mark.parametrize("zero", [0, 2])
 def test_across_two_ranks_a_cached_step_has_the_uncached_gradients(sample, tmp_path, zero):
-    from tasks.train_worker import load_mixture
+    from tasks.training.worker import load_mixture
 
     cfg = TrainingConfig(mixture=MixtureConfig(name="all-dv"), negatives=3)
     rows = load_mixture(cfg.mixture, *sample).rows[:4]

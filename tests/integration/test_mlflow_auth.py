@@ -1,7 +1,7 @@
 """The project's tracking against MLflow as production runs it: basic auth, PostgreSQL stores,
 artifacts proxied to S3 (tests/helpers/mlflow_auth.py starts it; moto stands in for S3).
 
-A flow's user logs a run through `tasks.tracking` and it lands in PostgreSQL and S3; a wrong
+A flow's user logs a run through `tasks.tracking.mlflow_access` and it lands in PostgreSQL and S3; a wrong
 password or none is refused up front by `check_tracking_access`, in one line, the password nowhere.
 """
 
@@ -12,8 +12,8 @@ import traceback
 
 import pytest
 
-from tasks import tracking
-from tasks.tracking import TrackingAccessError, check_tracking_access
+from tasks.tracking import mlflow_access as tracking
+from tasks.tracking.mlflow_access import TrackingAccessError, check_tracking_access
 from tests.helpers.mlflow_auth import mlflow_auth_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -13,7 +13,7 @@ import pytest
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EvalSet
-from dualview_core.eval_report import evaluate_runs
+from dualview_core.evaluation.scoring import evaluate_runs
 from tests.helpers.services import free_port, wait_for_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -71,7 +71,7 @@ RUN_CHANGED = {"q1": {"d1": 0.1, "d2": 0.5, "d3": 0.9}, "q2": {"d1": 0.9, "d2": 
 def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
     import mlflow
 
-    from tasks.evaluation import log_evaluation
+    from tasks.evaluation.runner import log_evaluation
 
     cfg = EvaluationConfig(bootstrap_resamples=200)
     reports = []
@@ -82,7 +82,7 @@ def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
     # hand-computed: d1 goes 1->3 (q1: +2/3), 2->1 (q2: -1/2), 3->3 (q3: 0)
     assert reports[0].summary["p-MRR"].mean == pytest.approx(100 * (2 / 3 - 1 / 2) / 3)
 
-    from tasks.tracking import experiment_id, open_run
+    from tasks.tracking.mlflow_access import experiment_id, open_run
 
     uri = tracking.tracking_uri
     experiment = experiment_id(uri, "eval-logging")
@@ -121,8 +121,8 @@ def test_evaluation_logs_by_id_into_a_run_opened_in_another_thread(tracking):
 
     import mlflow
 
-    from tasks.evaluation import log_evaluation
-    from tasks.tracking import close_run, experiment_id, open_run
+    from tasks.evaluation.runner import log_evaluation
+    from tasks.tracking.mlflow_access import close_run, experiment_id, open_run
 
     uri = tracking.tracking_uri
     experiment = experiment_id(uri, "eval-logging-threads")
@@ -137,7 +137,7 @@ def test_evaluation_logs_by_id_into_a_run_opened_in_another_thread(tracking):
     assert run.info.run_id == run_id and "followir/core17/p-MRR" in run.data.metrics and run.info.status == "FINISHED"
 
 def test_cli_evaluate_logs_what_it_prints(tracking, capsys):
-    from dualview_core.samples import followir_path
+    from dualview_core.sample import followir_path
     from flows.cli import main
 
     code = main(["evaluate", "--model", "minilm", "--eval-set", followir_path(), "--max-length", "256",

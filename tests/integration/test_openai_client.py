@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig
-from tasks.openai_client import ChatClient
+from tasks.synthesis.openai_client import ChatClient
 from tests.helpers.services import free_port, serve, stop_serving
 
 pytestmark = pytest.mark.integration
@@ -137,7 +137,7 @@ def test_one_session_holds_every_row_on_its_own_connections(server):
 # --- several endpoints -----------------------------------------------------------------------
 
 def test_rows_spread_over_endpoints_by_key_and_a_dead_one_fails_over(server):
-    from tasks.openai_client import endpoint_index
+    from tasks.synthesis.openai_client import endpoint_index
 
     first, url_a = server([])
     second, url_b = server([])
@@ -198,9 +198,9 @@ def thirty_seeds(tmp_path) -> tuple[str, dict[str, tuple[int, str]]]:
     """The first 30 eligible sample seeds, and the scripted mix: 18 clean, 5 think + line, 7 chatter."""
     import json as _json
 
-    from dualview_core import samples
+    from dualview_core import sample
 
-    rows = [_json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    rows = [_json.loads(line) for line in open(sample.seeds_path(), encoding="utf-8")]
     rows = [r for r in rows if r["has_instruction"] and r["new_negatives"]][:30]
     path = tmp_path / "seeds.jsonl"
     path.write_text("".join(_json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -216,14 +216,14 @@ def start_writer(writer: Writer, started: list) -> str:
 def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_or_not(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    import tasks.publishing
+    import tasks.synthesis.publishing
     from dualview_core.config import SynthesisConfig
-    from tasks.synthesis import UNCHANGED, run_synthesis
+    from tasks.synthesis.driver import UNCHANGED, run_synthesis
 
     # every engine the run builds counted: verification starts its engine once, for all the rows
     built = []
-    make_engine = tasks.publishing.make_engine
-    monkeypatch.setattr(tasks.publishing, "make_engine", lambda cfg, path=None: built.append(cfg.sampling) or make_engine(cfg, path))
+    make_engine = tasks.synthesis.publishing.make_engine
+    monkeypatch.setattr(tasks.synthesis.publishing, "make_engine", lambda cfg, path=None: built.append(cfg.sampling) or make_engine(cfg, path))
     seeds, kinds = thirty_seeds(tmp_path)
     results, started = {}, []
     try:
@@ -268,7 +268,7 @@ def test_an_old_format_cache_is_reused_with_no_new_calls(tmp_path):
 
     from dualview_core.config import SynthesisConfig
     from dualview_core.contracts import SYNTHESIS_RECORD_V2_COLUMNS
-    from tasks.synthesis import run_synthesis
+    from tasks.synthesis.driver import run_synthesis
 
     seeds, kinds = thirty_seeds(tmp_path)
     kinds = {q: (i, "chatter" if i % 2 else "clean") for q, (i, _) in kinds.items()}
@@ -334,9 +334,9 @@ def test_two_actors_and_two_endpoints_answer_every_row_exactly_once():
     import ray
 
     from dualview_core.config import SynthesisConfig
-    from tasks.engines import make_engine
-    from tasks.openai_client import endpoint_index
-    from tasks.ray_runtime import ensure_ray
+    from tasks.synthesis.engines import make_engine
+    from tasks.synthesis.openai_client import endpoint_index
+    from tasks.synthesis.ray_runtime import ensure_ray
 
     tally, started = Tally(hold_until=5), []  # one actor's gate admits 4
     try:
@@ -385,7 +385,7 @@ class FlakyVerifier(Writer):
 @pytest.mark.slow
 def test_a_verdict_that_failed_is_asked_again_and_one_given_up_on_leaves_the_run_unchanged(tmp_path):
     from dualview_core.config import SamplingConfig, SynthesisConfig
-    from tasks.synthesis import UNCHANGED, run_synthesis
+    from tasks.synthesis.driver import UNCHANGED, run_synthesis
 
     seeds, kinds = thirty_seeds(tmp_path)
     started: list = []

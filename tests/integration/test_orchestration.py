@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import s3fs
 
-from dualview_core import samples
+from dualview_core import sample
 from tests.helpers.prefect_server import BIN, REPO, prefect_api, run_deployment, start, stop, wait_prefect_ready
 from tests.helpers.services import free_port
 
@@ -85,7 +85,7 @@ def story(services, vllm_server):
     fs = s3fs.S3FileSystem(**options, key=SECRETS["AWS_ACCESS_KEY_ID"], secret=SECRETS["AWS_SECRET_ACCESS_KEY"])
     bucket = f"dualview-{uuid.uuid4().hex[:8]}"
     fs.mkdir(bucket)
-    fs.put(samples.seeds_path(), f"{bucket}/seeds/seeds.jsonl")
+    fs.put(sample.seeds_path(), f"{bucket}/seeds/seeds.jsonl")
     seeds = {"path": f"s3://{bucket}/seeds/seeds.jsonl", "storage_options": options}
     # the engine is vLLM's OpenAI-compatible server (shared with the synthesis tests), as a cluster's
     # would be; the in-process vLLM engine is tested in test_synthesis and run by the demo
@@ -212,7 +212,7 @@ def test_the_kubernetes_custom_run_form_needs_only_the_seeds_path(services, brow
     """Deployments → pipeline-k8s → Run → Custom run: the profile (cluster), then the typed config with
     every field empty (the profile's). Filling only the seeds path and submitting makes a run whose
     parameters resolve to the cluster profile with those seeds: the paper's job on the user's data."""
-    from dualview_core.profiles import PipelineOverrides, explicit, resolve
+    from dualview_core.config.profiles import PipelineOverrides, explicit, resolve
 
     env = services["env"]
     ui = env["PREFECT_API_URL"].removesuffix("/api")

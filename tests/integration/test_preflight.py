@@ -1,15 +1,15 @@
 """`dualview train` refuses a step that cannot fit in memory: exit 2, one line naming the flag to
-change, before any data is read or model loaded (`tasks.preflight`; the available memory is set
+change, before any data is read or model loaded (`tasks.training.preflight`; the available memory is set
 through DUALVIEW_AVAILABLE_MEMORY, the override the check documents)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dualview_core import samples
-from dualview_core.memory import GIB
+from dualview_core import sample
+from dualview_core.training.memory import GIB
 from flows.cli import main
-from tasks import preflight
+from tasks.training.trainer import preflight
 
 pytestmark = [pytest.mark.integration]
 
@@ -21,19 +21,19 @@ class Reached(RuntimeError):
 @pytest.fixture
 def guarded(monkeypatch):
     """Reading the data or loading the model raises: a refusal must come before both."""
-    import tasks.train_worker
-    import tasks.training
+    import tasks.training.worker
+    import tasks.training.trainer
 
     def reached(*args, **kwargs):
         raise Reached("went past the pre-flight check")
 
-    monkeypatch.setattr(tasks.train_worker, "load_mixture", reached)
-    monkeypatch.setattr(tasks.training, "_load", reached)
+    monkeypatch.setattr(tasks.training.worker, "load_mixture", reached)
+    monkeypatch.setattr(tasks.training.trainer, "_load", reached)
     return monkeypatch
 
 
 def train(capsys, out, *flags) -> tuple[int, str, str]:
-    code = main(["train", "--mixture", "ins-orig", "--seeds", samples.seeds_path(), "--out", str(out), *flags])
+    code = main(["train", "--mixture", "ins-orig", "--seeds", sample.seeds_path(), "--out", str(out), *flags])
     stdout, err = capsys.readouterr()
     return code, stdout, err
 
@@ -83,12 +83,12 @@ def test_the_packaged_model_shape_is_read_from_its_files():
 
 
 def test_a_mixture_too_small_for_the_ranks_is_refused_before_the_launcher_starts(tmp_path, capsys, monkeypatch):
-    import tasks.train_worker
+    import tasks.training.worker
 
     def launched(*args, **kwargs):
         raise Reached("the launcher was started")
 
-    monkeypatch.setattr(tasks.train_worker, "launch", launched)
+    monkeypatch.setattr(tasks.training.worker, "launch", launched)
     code, stdout, err = train(capsys, tmp_path / "never", "--size", "4", "--batch-size", "4", "--processes", "2",
                               "--max-length", "64", "--mixture-cache", str(tmp_path / "cache"))
     assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err

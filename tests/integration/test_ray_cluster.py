@@ -20,10 +20,10 @@ import pytest
 import s3fs
 from prefect.testing.utilities import prefect_test_harness
 
-from dualview_core import samples
+from dualview_core import sample
 from dualview_core.config import DataSource, OpenAIEngineConfig, RayJobConfig, SynthesisConfig
 from flows.synthesize import synthesize
-from tasks.synthesis import UNCHANGED, run_synthesis
+from tasks.synthesis.driver import UNCHANGED, run_synthesis
 from tests.helpers.services import s3_requests
 from tests.helpers.ray_cluster import LocalCluster, start_cluster
 
@@ -111,7 +111,7 @@ def bucket(s3_options) -> tuple[s3fs.S3FileSystem, str, DataSource]:
     fs = s3fs.S3FileSystem(**s3_options)
     name = f"cluster-{uuid.uuid4().hex[:8]}"
     fs.mkdir(name)
-    fs.put(samples.seeds_path(), f"{name}/seeds/seeds.jsonl")
+    fs.put(sample.seeds_path(), f"{name}/seeds/seeds.jsonl")
     return fs, name, DataSource(path=f"s3://{name}/seeds/", storage_options=s3_options)
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dualview_core.config import ReferenceEngineConfig, SynthesisConfig
-from dualview_core.world import WorldConfig, build_world, reference_instruction
-from tasks.synthesis import UNCHANGED, run_synthesis
+from dualview_core.config import PluginEngineConfig, SynthesisConfig
+from tests.helpers.reference_engine import reference_config
+from tests.helpers.world import WorldConfig, build_world, reference_instruction
+from tasks.synthesis.driver import UNCHANGED, run_synthesis
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.integration
 def test_reference_engine_writes_the_known_reversals(tmp_path):
     world = build_world(WorldConfig(seed=1, seed_topics=6, eval_topics=2))
     files = world.write(tmp_path / "world")
-    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=files["world"]))
+    cfg = reference_config(files["world"])
     summary = run_synthesis(files["seeds"], str(tmp_path / "out"), cfg, progress=lambda _: None)
     assert summary["synthesis_seeds"] == 6 and summary["dual_views"] == 6 and summary["rejected"] == 0
     assert summary["model_id"] == "reference"
@@ -37,25 +38,25 @@ def test_reference_engine_writes_the_known_reversals(tmp_path):
 def test_reference_engine_records_seeds_its_world_does_not_describe(tmp_path):
     files = build_world(WorldConfig(seed=1, seed_topics=5, eval_topics=2)).write(tmp_path / "a")
     other = build_world(WorldConfig(seed=2, seed_topics=5, eval_topics=2)).write(tmp_path / "b")
-    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=other["world"]), max_error_runs=1)
+    cfg = reference_config(other["world"], max_error_runs=1)
     summary = run_synthesis(files["seeds"], str(tmp_path / "out"), cfg, progress=lambda _: None)
     assert summary["dual_views"] == 0 and summary["outcomes"]["by_reason"] == {"engine_error": 5}  # ids alike, queries not
 
 
-def test_reference_engine_refuses_verification_and_a_missing_world():
-    with pytest.raises(ValueError, match="verify"):
-        SynthesisConfig(engine="reference", verify=True)
-    from tasks.engines import make_engine
+def test_a_plugin_engine_without_a_factory_or_a_world_is_refused_with_one_line():
+    from tasks.synthesis.engines import make_engine
 
-    with pytest.raises(ValueError, match="reference.world"):
-        make_engine(SynthesisConfig(engine="reference"))
+    with pytest.raises(ValueError, match="plugin.factory"):
+        make_engine(SynthesisConfig(engine="plugin"))
+    with pytest.raises(ValueError, match="options.world"):
+        make_engine(SynthesisConfig(engine="plugin", plugin=PluginEngineConfig(factory="tests.helpers.reference_engine:ReferenceEngine")))
 
 
 def test_an_unchanged_rerun_rewrites_nothing_and_an_older_manifest_still_diffs(tmp_path):
     import json
 
     files = build_world(WorldConfig(seed=1, seed_topics=6, eval_topics=2)).write(tmp_path / "world")
-    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=files["world"]))
+    cfg = reference_config(files["world"])
     out = tmp_path / "out"
     first = run_synthesis(files["seeds"], str(out), cfg, progress=lambda _: None)
     written = (out / "dual_views.parquet").stat().st_mtime_ns

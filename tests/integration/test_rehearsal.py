@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import s3fs
 
-from dualview_core import samples
-from dualview_core.profiles import resolve
+from dualview_core import sample
+from dualview_core.config.profiles import resolve
 from tests.helpers.services import THROWAWAY_AWS, free_port
 from tests.helpers.mlflow_auth import MlflowAuthServer, mlflow_auth_server
 from tests.helpers.ray_cluster import LocalCluster, start_cluster
@@ -115,8 +115,8 @@ def rehearsal(topology):
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": t.s3})
     bucket = f"rehearsal-{uuid.uuid4().hex[:8]}"
     fs.mkdir(bucket)
-    fs.put(samples.seeds_path(), f"{bucket}/seeds/seeds.jsonl")
-    fs.put(samples.followir_path().rstrip("/") + "/", f"{bucket}/eval/followir-sample/", recursive=True)
+    fs.put(sample.seeds_path(), f"{bucket}/seeds/seeds.jsonl")
+    fs.put(sample.followir_path().rstrip("/") + "/", f"{bucket}/eval/followir-sample/", recursive=True)
     run = run_deployment(t.env, "pipeline/pipeline", {"profile": "cluster", "config": overrides(t, bucket)})
     return {"fs": fs, "bucket": bucket, "run": run}
 

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 import s3fs
 
-from dualview_core import samples
+from dualview_core import sample
 from dualview_core.contracts import DUAL_VIEW_ROW, QUARANTINE, SEED_ROW
-from dualview_core.evalsets import load_eval_set
-from dualview_core.io import read_table, write_table
-from dualview_core.loading import read_seeds, stream_seeds
+from dualview_core.data.evalsets import load_eval_set
+from dualview_core.storage.tables import read_table, write_table
+from dualview_core.data.loading import read_seeds, stream_seeds
 from flows.cli import main
 
 pytestmark = pytest.mark.integration
@@ -30,8 +30,8 @@ def bucket(s3_options) -> tuple[s3fs.S3FileSystem, str]:
 
 def test_sample_seeds_from_s3_equal_disk(bucket, s3_options, tmp_path):
     fs, name = bucket
-    local = read_seeds(samples.seeds_path())
-    fs.put(samples.seeds_path(), f"{name}/raw/seeds.jsonl")
+    local = read_seeds(sample.seeds_path())
+    fs.put(sample.seeds_path(), f"{name}/raw/seeds.jsonl")
     parquet = tmp_path / "seeds.parquet"
     pq.write_table(_as_published_parquet(), parquet)
     fs.put(str(parquet), f"{name}/raw/seeds.parquet")
@@ -44,21 +44,21 @@ def test_sample_seeds_from_s3_equal_disk(bucket, s3_options, tmp_path):
 
 
 def _as_published_parquet() -> pa.Table:
-    with open(samples.seeds_path(), encoding="utf-8") as f:
+    with open(sample.seeds_path(), encoding="utf-8") as f:
         return pa.Table.from_pylist([json.loads(line) for line in f if line.strip()])
 
 
 def test_quarantine_and_outputs_are_written_to_s3(bucket, s3_options, tmp_path):
     fs, name = bucket
     broken = tmp_path / "broken.jsonl"
-    broken.write_text(open(samples.seeds_path(), encoding="utf-8").read() + "{not json\n", encoding="utf-8")
+    broken.write_text(open(sample.seeds_path(), encoding="utf-8").read() + "{not json\n", encoding="utf-8")
     fs.put(str(broken), f"{name}/broken.jsonl")
     batches, validator = stream_seeds(f"s3://{name}/broken.jsonl", s3_options, quarantine_path=f"s3://{name}/out/quarantine.parquet")
     valid = sum(t.num_rows for t in batches)
     assert validator.report.quarantined == 1 and validator.report.rows == valid + 1
     q = read_table(f"s3://{name}/out/quarantine.parquet", QUARANTINE, s3_options)
     assert q.column("reason").to_pylist() == ["malformed_record"]
-    seeds = read_seeds(samples.seeds_path()).seeds
+    seeds = read_seeds(sample.seeds_path()).seeds
     write_table(f"s3://{name}/out/seeds.parquet", seeds, SEED_ROW, s3_options)
     assert read_table(f"s3://{name}/out/seeds.parquet", SEED_ROW, s3_options).equals(seeds)
     assert not [p for p in fs.ls(f"{name}/out") if p.endswith(".tmp")]
@@ -66,8 +66,8 @@ def test_quarantine_and_outputs_are_written_to_s3(bucket, s3_options, tmp_path):
 
 def test_eval_set_from_s3_equals_disk(bucket, s3_options):
     fs, name = bucket
-    fs.put(samples.followir_path(), f"{name}/followir", recursive=True)
-    local = load_eval_set(samples.followir_path()).eval_set
+    fs.put(sample.followir_path(), f"{name}/followir", recursive=True)
+    local = load_eval_set(sample.followir_path()).eval_set
     remote = load_eval_set(f"s3://{name}/followir", storage_options=s3_options).eval_set
     for table in ("corpus", "queries", "qrels"):
         assert getattr(remote, table).equals(getattr(local, table)), table
@@ -76,7 +76,7 @@ def test_eval_set_from_s3_equals_disk(bucket, s3_options):
 
 def test_cli_reads_s3_with_endpoint_flag(bucket, s3_server, capsys):
     fs, name = bucket
-    fs.put(samples.seeds_path(), f"{name}/seeds.jsonl")
+    fs.put(sample.seeds_path(), f"{name}/seeds.jsonl")
     assert main(["seeds", "check", f"s3://{name}/seeds.jsonl", "--endpoint-url", s3_server]) == 0
     assert '"quarantined": 0' in capsys.readouterr().out
     assert main(["seeds", "check", f"s3://{name}/missing.jsonl", "--endpoint-url", s3_server]) == 2
@@ -84,13 +84,13 @@ def test_cli_reads_s3_with_endpoint_flag(bucket, s3_server, capsys):
 
 
 def test_synthesis_writes_its_cache_and_tables_to_s3_and_an_unchanged_rerun_stands(bucket, s3_options, tmp_path):
-    from dualview_core.config import ReferenceEngineConfig, SynthesisConfig
-    from dualview_core.world import WorldConfig, build_world
-    from tasks.synthesis import run_synthesis
+    from tests.helpers.reference_engine import reference_config
+    from tests.helpers.world import WorldConfig, build_world
+    from tasks.synthesis.driver import run_synthesis
 
     fs, name = bucket
     files = build_world(WorldConfig(seed=1, seed_topics=6, eval_topics=2)).write(tmp_path / "world")
-    cfg = SynthesisConfig(engine="reference", reference=ReferenceEngineConfig(world=files["world"]), shard_rows=4)
+    cfg = reference_config(files["world"], shard_rows=4)
     out = f"s3://{name}/syn"
     first = run_synthesis(files["seeds"], out, cfg, progress=lambda _: None, out_storage_options=s3_options)
     assert first["dual_views"] == 6 and len(fs.glob(f"{name}/syn/records/part-*.parquet")) == 2  # 4 + 2 rows

@@ -20,9 +20,9 @@ import pytest
 
 from tests.helpers.services import kill_session
 
-from dualview_core import samples
+from dualview_core import sample
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig, SynthesisConfig
-from tasks.synthesis import run_synthesis
+from tasks.synthesis.driver import run_synthesis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def shard_keys(out: Path) -> list[str]:
 def seeds_with_a_long_one(tmp_path: Path, normal: int) -> Path:
     """`normal` eligible sample seeds, then one whose passages (~6.9k characters each, under the
     validation limit) push its prompt past the CPU profile's 2048-token context."""
-    rows = [json.loads(line) for line in open(samples.seeds_path(), encoding="utf-8")]
+    rows = [json.loads(line) for line in open(sample.seeds_path(), encoding="utf-8")]
     rows = [r for r in rows if r["has_instruction"] and r["new_negatives"]][:normal]
     long = json.loads(json.dumps(rows[0]))
     long["query_id"] = "long-passages"
@@ -109,7 +109,7 @@ def openai_cfg(server: str, **kw) -> SynthesisConfig:
 
 def test_openai_engine_and_incremental_cost(server, tmp_path):
     seeds = tmp_path / "seeds.jsonl"
-    shutil.copy(samples.seeds_path(), seeds)
+    shutil.copy(sample.seeds_path(), seeds)
     out = tmp_path / "syn"
     cfg = openai_cfg(server, limit=6, shard_rows=4)
     before = served_requests(server)
@@ -139,7 +139,7 @@ def test_openai_engine_and_incremental_cost(server, tmp_path):
 
 
 def synthesize_cli(server: str, out: Path, limit: int) -> list[str]:
-    return [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", samples.seeds_path(), "--out", str(out),
+    return [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", sample.seeds_path(), "--out", str(out),
             "--engine", "openai", "--base-url", f"{server}/v1", "--model", "smollm2", "--concurrency", "1",
             "--limit", str(limit), "--shard-rows", "2"]
 
@@ -173,7 +173,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(server, tmp_path):
 def test_a_row_group_that_cannot_be_read_fails_the_run_with_one_line_and_nothing_published(tmp_path):
     """The first pass reads the seeds in Ray Data tasks: a chunk that cannot be read is the same
     one-line SourceError the sequential reader gives (the CLI's exit 2), not Ray's traceback."""
-    from dualview_core.sources import SourceError
+    from dualview_core.data.sources import SourceError
     from tests.helpers.factories import promptriever_row, write_parquet
 
     path = write_parquet(tmp_path / "seeds.parquet", [promptriever_row(f"q{i}") for i in range(40)], row_group_size=10)

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
 
-from dualview_core import samples
+from dualview_core import sample
 from tests.helpers.services import kill_session, serve, stop_serving
 
 VARIANTS = 64  # x 66 eligible sample seeds = 4,224 rows
@@ -24,7 +24,7 @@ SHARD_ROWS = 512
 
 def realistic_seeds(path: Path) -> int:
     """Every eligible sample seed (MS MARCO-sized passages) in VARIANTS distinct variants."""
-    rows = [json.loads(line) for line in Path(samples.seeds_path()).read_text(encoding="utf-8").splitlines()]
+    rows = [json.loads(line) for line in Path(sample.seeds_path()).read_text(encoding="utf-8").splitlines()]
     eligible = [r for r in rows if r["has_instruction"] and r["new_negatives"]]
     with open(path, "w", encoding="utf-8") as out:
         for k in range(VARIANTS):

@@ -1,7 +1,7 @@
 """Training end to end on the bundled sample: real DeepSpeed (gloo on CPU), the packaged MiniLM.
 
 - one in-process worker: 30 steps on all-dv, the loss falls and the separation grows;
-- its checkpoint loads in sentence-transformers and encodes exactly as the project's encoder;
+- its checkpoint loads in `SentenceTransformer(path)` with the embeddings the trainer had;
 - two ranks under the `deepspeed` launcher (ZeRO-2, in-batch negatives gathered across ranks) save
   to a local S3-compatible server;
 - `dualview train` makes a checkpoint for every mixture (one ZeRO stage each, 3 included), and bad
@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.encoder import Encoder
-from dualview_core.separation import pairs_of
+from dualview_core.model import load_model
+from dualview_core.training.separation import pairs_of
 from flows.cli import main
-from tasks.train_worker import load_mixture, run
-from tasks.training import LOSS, LR, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
+from tasks.training.worker import load_mixture, run
+from tasks.training.trainer import LOSS, LR, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
 from tests.helpers.samples import CHECKPOINT_FILES
 from tests.helpers.services import running_with
 
@@ -75,15 +75,13 @@ def test_checkpoint_round_trip_through_sentence_transformers(thirty_steps, sampl
     texts = ["how long to ferment sauerkraut", "Small-Jar Sauerkraut: Timing by Temperature For a one-quart jar ..."]
     st = SentenceTransformer(str(path), device="cpu")
     assert st.max_seq_length == cfg.max_length
-    ours = Encoder(str(path), max_length=cfg.max_length)
-    np.testing.assert_allclose(st.encode(texts), ours.encode(texts), atol=1e-5)
-    # the checkpoint is the trained model: the last separation logged in training, recomputed via ST
-    from dualview_core.separation import separation
+    # the checkpoint is the trained model: the last separation the trainer logged, recomputed via ST
+    from dualview_core.training.separation import separation
 
     pairs = pairs_of(load_mixture(cfg.mixture, *sample).heldout)
     recomputed = separation(lambda t: st.encode(t), pairs, cfg.query_template)
     assert recomputed == pytest.approx(series(records, SEPARATION)[-1][1], abs=1e-5)
-    assert not np.allclose(Encoder("minilm", max_length=cfg.max_length).encode(texts), ours.encode(texts), atol=1e-4)
+    assert not np.allclose(load_model("minilm", max_length=cfg.max_length).encode(texts), st.encode(texts), atol=1e-4)
     meta = json.loads((path / "dualview.json").read_text())
     assert meta["data_digest"] == result.digest and meta["training_config"]["mixture"]["name"] == "all-dv"
 
@@ -119,8 +117,8 @@ def test_two_ranks_under_the_deepspeed_launcher_save_to_s3(sample, s3_options, t
     fs.get("training-runs/two-ranks", str(local), recursive=True)
     assert json.loads((local / "dualview.json").read_text())["world_size"] == 2
     texts = ["query one", "a document about wind"]
-    np.testing.assert_allclose(SentenceTransformer(str(local), device="cpu").encode(texts),
-                               Encoder(str(local), max_length=cfg.max_length).encode(texts), atol=1e-5)
+    trained = SentenceTransformer(str(local), device="cpu")
+    assert trained.max_seq_length == cfg.max_length and np.isfinite(trained.encode(texts)).all()
 
 
 def cli(capsys, *argv) -> tuple[int, dict | None, str]:
@@ -190,12 +188,12 @@ def test_bad_requests_fail_before_training_with_one_line(sample, tmp_path, capsy
 
 
 def test_length_sorted_chunks_do_not_change_embeddings():
-    from tasks.training import _bi_encoder, _embed, _tokenize_sorted
+    from tasks.training.trainer import _bi_encoder, _embed, _tokenize_sorted
 
-    encoder = Encoder("minilm", max_length=64)
+    model = load_model("minilm", max_length=64, for_training=True)
     texts = ["a", "a much longer text about the storage of seeds in glass jars", "mid sized text", "b c", "x " * 40]
-    expected = encoder.encode_query(texts)
-    module = _bi_encoder(encoder).eval()
+    expected = model.encode_query(texts)
+    module = _bi_encoder(model).eval()
     for size in (1, 2, 100):
-        got = _embed(module, *_tokenize_sorted(encoder, texts, size, "query"), "query").detach().numpy()
+        got = _embed(module, *_tokenize_sorted(model, texts, size, "query"), "query").detach().numpy()
         np.testing.assert_allclose(got, expected, atol=1e-5)

@@ -25,11 +25,11 @@ import torch
 from safetensors.torch import load_file
 
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.resume import PROGRESS, StateMismatch, state_location, tag_for
+from dualview_core.training.resume import PROGRESS, StateMismatch, state_location, tag_for
 from flows.cli import main
-from tasks.train_output import OutputExists
-from tasks.train_worker import run
-from tasks.training import LOSS
+from tasks.training.output import OutputExists
+from tasks.training.worker import run
+from tasks.training.trainer import LOSS
 from tests.helpers.services import running_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 
 from dualview_core.contracts import EVAL_QRELS, QUARANTINE, SEED_ROW, ContractError, conform
-from dualview_core.io import read_table, write_table
-from dualview_core.loading import read_seeds
+from dualview_core.storage.tables import read_table, write_table
+from dualview_core.data.loading import read_seeds
 from tests.helpers.factories import promptriever_row, write_jsonl
 
 
@@ -50,8 +50,8 @@ def test_a_failed_write_leaves_no_file(tmp_path):
 
 def test_the_engine_result_record_and_its_schema_name_the_same_columns_in_order():
     from dualview_core.contracts import ENGINE_RESULT
-    from dualview_core.synthesis import EngineResult
-    from tasks.engines import result_row
+    from dualview_core.synthesis.records import EngineResult
+    from tasks.synthesis.engines import result_row
 
     assert list(EngineResult.__slots__) == ENGINE_RESULT.names
     row = result_row({"cache_key": "k", "raw_response": "<answer>x</answer>", "prompt_tokens": 3, "extra": 1})

@@ -20,7 +20,7 @@ PACKAGES = ("dualview_core", "tasks", "flows")
 FIRST_PARTY = {name.rstrip("*") for name in
                tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]}
 # imported only where a user asks for it, behind an ImportError with an install hint
-OPTIONAL = {"faiss": "dualview_core/retrieval.py: search='faiss' (pip install faiss-cpu)"}
+OPTIONAL = {"faiss": "dualview_core/evaluation/retrieval.py: search='faiss' (pip install faiss-cpu)"}
 
 
 def normalise(name: str) -> str:

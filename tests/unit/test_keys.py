@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dualview_core.keys import content_digest
-from dualview_core.loading import read_seeds
+from dualview_core.data.loading import read_seeds
 from tests.helpers.factories import promptriever_row, write_jsonl, write_parquet
 
 

@@ -13,8 +13,8 @@ FRAMEWORKS = ("prefect", "ray", "mlflow", "deepspeed", "vllm")
 
 
 def test_core_imports_no_framework_in_a_clean_interpreter():
-    modules = [f"dualview_core.{m.name}" for m in pkgutil.walk_packages(dualview_core.__path__) if not m.name.startswith("sample")]
-    assert "dualview_core.seeds" in modules and len(modules) >= 8
+    modules = [m.name for m in pkgutil.walk_packages(dualview_core.__path__, "dualview_core.")]
+    assert "dualview_core.data.seeds" in modules and len(modules) >= 8
     code = (
         "import importlib, json, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"

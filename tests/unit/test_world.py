@@ -8,10 +8,10 @@ import json
 import pytest
 
 from dualview_core.config import ValidationConfig
-from dualview_core.evalsets import load_eval_set
-from dualview_core.loading import read_seeds
-from dualview_core.parsing import judge
-from dualview_core.world import (ATTRIBUTES, WorldConfig, build_world, read_metadata, reference_answer,
+from dualview_core.data.evalsets import load_eval_set
+from dualview_core.data.loading import read_seeds
+from dualview_core.method.parsing import judge
+from tests.helpers.world import (ATTRIBUTES, WorldConfig, build_world, read_metadata, reference_answer,
                                  reference_instruction, reversed_instruction, satisfies)
 
 TINY = WorldConfig(seed=3, seed_topics=8, eval_topics=4)

@@ -1,0 +1,137 @@
+"""The benchmarks we report, as a registry: adding a benchmark is adding one `Benchmark` entry.
+
+Each entry says which runs an eval set needs (views: which instruction each query is asked under)
+and how per-query values of its measures come out of those runs and the eval set's qrels. Values
+are ×100, as the benchmarks publish them. It knows nothing about encoders, intervals, files or
+services; the measures themselves live in `metrics`.
+
+- FollowIR: og and changed runs; p-MRR on the documents whose label changed; Score = the og run's
+  MAP@1000 (Robust04, Core17) or nDCG@5 (News21) against qrels_og, and the same against
+  qrels_changed, logged as such, because an older reference implementation swapped the two qrels.
+- InfoSearch: a run without instruction (og queries, instruction "") and one with the changed
+  instruction; p-MRR on documents relevant without the instruction and not with it.
+- MAIR: nDCG@10 of the og run; splits combine weighted by size.
+- InstructIR: nDCG@10 per instruction variant and robustness@10, the worst variant per query group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from dualview_core.config import EvaluationConfig
+from dualview_core.contracts import EvalSet, Qrels, Run, View
+from dualview_core.method.metrics import (
+    NDCG_10,
+    P_MRR,
+    ROBUSTNESS_10,
+    SCALE,
+    SCORE,
+    SCORE_VS_QRELS_CHANGED,
+    followir_changed,
+    infosearch_changed,
+    p_mrr_per_query,
+    per_query_measures,
+    pytrec_measure,
+    robustness_at_10,
+    score_measure_for,
+    unscored_queries,
+)
+
+ViewQueries = dict[str, tuple[str, str]]
+PerQuery = dict[str, dict[str, float]]  # metric -> query_id -> value (×100)
+NO_INSTRUCTION = View.NONE.value
+
+
+def scaled(values: Mapping[str, float]) -> dict[str, float]:
+    return {q: v * SCALE for q, v in values.items()}
+
+
+def followir_values(qrels_og: Qrels, qrels_changed: Qrels, run_og: Run, run_changed: Run, measure: str) -> PerQuery:
+    """FollowIR per query: p-MRR, Score (og run vs qrels_og) and Score vs qrels_changed (the old swap)."""
+    key = pytrec_measure(measure)[1]
+    return {
+        P_MRR: scaled(p_mrr_per_query(run_og, run_changed, followir_changed(qrels_og, qrels_changed))),
+        SCORE: scaled(per_query_measures(qrels_og, run_og, [measure])[key]),
+        SCORE_VS_QRELS_CHANGED: scaled(per_query_measures(qrels_changed, run_og, [measure])[key]),
+    }
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    views: Callable[[EvalSet], dict[str, ViewQueries]]  # run name -> the queries asked
+    values: Callable[[EvalSet, dict[str, Run], EvaluationConfig], PerQuery]
+    headline: tuple[str, ...]  # what the CLI prints and the figure shows, in order
+    weighted: bool = False  # combine subsets weighted by size (MAIR) or plainly (FollowIR)
+    details: Callable[[EvalSet, dict[str, Run], EvaluationConfig], dict] = lambda es, runs, cfg: {}
+
+
+def _score_measure(es: EvalSet, cfg: EvaluationConfig) -> str:
+    return score_measure_for(es.name, cfg.score_measures, cfg.default_score_measure)
+
+
+def _followir(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
+    og, changed = View.OG.value, View.CHANGED.value
+    return followir_values(es.qrels_for(og), es.qrels_for(changed), runs[og], runs[changed], _score_measure(es, cfg))
+
+
+def _followir_details(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> dict:
+    og, changed = View.OG.value, View.CHANGED.value
+    docs = followir_changed(es.qrels_for(og), es.qrels_for(changed))
+    return {"score_measure": _score_measure(es, cfg), "unscored_queries": unscored_queries(runs[og], runs[changed], docs)}
+
+
+def _infosearch_views(es: EvalSet) -> dict[str, ViewQueries]:
+    bare = {q: (query, "") for q, (query, _) in es.queries_for(View.OG.value).items()}
+    return {NO_INSTRUCTION: bare, View.CHANGED.value: es.queries_for(View.CHANGED.value)}
+
+
+def _infosearch(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
+    og, changed = es.qrels_for(View.OG.value), es.qrels_for(View.CHANGED.value)
+    pmrr = p_mrr_per_query(runs[NO_INSTRUCTION], runs[View.CHANGED.value], infosearch_changed(og, changed))
+    ndcg = per_query_measures(changed, runs[View.CHANGED.value], [NDCG_10])[NDCG_10]
+    return {P_MRR: scaled(pmrr), NDCG_10: scaled(ndcg)}
+
+
+def _og_only(es: EvalSet) -> dict[str, ViewQueries]:
+    return {View.OG.value: es.queries_for(View.OG.value)}
+
+
+def _mair(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
+    return {NDCG_10: scaled(per_query_measures(es.qrels_for(View.OG.value), runs[View.OG.value], [NDCG_10])[NDCG_10])}
+
+
+def _instructir(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
+    ndcg = per_query_measures(es.qrels_for(View.OG.value), runs[View.OG.value], [NDCG_10])[NDCG_10]
+    groups = {r["query_id"]: r["group_id"] for r in es.queries.to_pylist() if r["view"] == View.OG.value}
+    return {ROBUSTNESS_10: scaled(robustness_at_10(ndcg, groups)), NDCG_10: scaled(ndcg)}
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "followir": Benchmark(
+        "followir", lambda es: {v: es.queries_for(v) for v in (View.OG.value, View.CHANGED.value)}, _followir,
+        (P_MRR, SCORE, SCORE_VS_QRELS_CHANGED), details=_followir_details),
+    "infosearch": Benchmark("infosearch", _infosearch_views, _infosearch, (P_MRR, NDCG_10)),
+    "mair": Benchmark("mair", _og_only, _mair, (NDCG_10,), weighted=True),
+    "instructir": Benchmark("instructir", _og_only, _instructir, (ROBUSTNESS_10, NDCG_10)),
+}
+
+
+def benchmark_named(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {sorted(BENCHMARKS)}")
+    return BENCHMARKS[name]
+
+
+def detect_benchmark(es: EvalSet) -> str:
+    """Which benchmark an eval set belongs to, from its layout and views."""
+    views = set(es.views())
+    if es.meta.get("layout") == "mair":
+        return "mair"
+    if View.REVERSED.value in views:
+        return "infosearch"
+    if View.CHANGED.value in views:
+        return "followir"
+    groups = es.queries.column("group_id").to_pylist()
+    return "instructir" if len(set(groups)) < len(groups) else "mair"

@@ -1,0 +1,62 @@
+"""Rendering the polarity-reversal prompt for one (seed, target) pair, and the prompt's version.
+
+The template text (prompts/polarity_reversal.md) is the system message and is identical for every row;
+the per-row fields come last, in the user message. Engines with prefix caching then reuse the whole
+static part. It does not know which engine runs the messages.
+
+    >>> render_fields("how to store seeds", "Home gardens only.", a, b, [])   # doctest: +SKIP
+    'QUERY: how to store seeds\\nCURRENT INSTRUCTION: Home gardens only.\\n\\nPASSAGE A: ...'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import prompts
+from dualview_core.keys import digest
+
+if TYPE_CHECKING:
+    from dualview_core.config import SamplingConfig
+
+Message = dict[str, str]
+
+
+def prompt_version(template: str) -> str:
+    """The hash of the template's exact text: any edit makes a new version."""
+    return digest(template.encode("utf-8"), size=8)
+
+
+def passage_text(p: Mapping) -> str:
+    """A passage as the prompts show it: its title on a line of its own, then its text."""
+    title = (p.get("title") or "").strip()
+    return f"{title}\n{p['text'].strip()}" if title else p["text"].strip()
+
+
+def render_fields(query: str, instruction: str, positive: Mapping, target: Mapping, others: Sequence[Mapping]) -> str:
+    others_text = "\n\n".join(f"- {passage_text(p)}" for p in others) if others else "(none)"
+    return (
+        f"QUERY: {query.strip()}\n"
+        f"CURRENT INSTRUCTION: {instruction.strip()}\n\n"
+        f"PASSAGE A:\n{passage_text(positive)}\n\n"
+        f"PASSAGE B:\n{passage_text(target)}\n\n"
+        f"OTHER PASSAGES:\n{others_text}"
+    )
+
+
+def render(seed: Mapping, target_index: int, template: str) -> list[Message]:
+    """Chat messages for making instruction negative `target_index` of `seed` the positive."""
+    negatives_i = list(seed["instruction_negatives"])
+    target = negatives_i.pop(target_index)
+    fields = render_fields(seed["query"], seed["instruction"], seed["positives"][0], target, negatives_i)
+    return [{"role": "system", "content": template}, {"role": "user", "content": fields}]
+
+
+def default_template() -> str:
+    return prompts.load()
+
+
+def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:
+    """The messages an engine sends: with a prefill, a final assistant message the reply continues.
+    The one place a prefill is added (vLLM's processor, the endpoint client, the prompt counter)."""
+    return messages + [{"role": "assistant", "content": sampling.prefill}] if sampling.prefill else messages

@@ -1,0 +1,80 @@
+"""Writing and reading contract tables on a local path or `s3://`, always through a schema.
+
+Owns file layout and atomicity of single files (write to a temporary name, then move). It does not
+know what the tables mean.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dualview_core.contracts import QUARANTINE, Rejected, conform
+from dualview_core.storage.filesystems import filesystem
+
+
+class TableWriter:
+    """Streams tables of one schema into one Parquet file, published atomically on `close()`.
+
+    Usage: `with TableWriter(path, SCHEMA) as w: w.write(table)`. An exception inside the block
+    leaves no file behind (the temporary one is removed), so readers never see a partial file.
+    """
+
+    def __init__(self, path: str, schema: pa.Schema, storage_options: dict | None = None):
+        self.fs, self.path = filesystem(path, storage_options)
+        self.schema = schema
+        parent = posixpath.dirname(self.path)
+        self.tmp = posixpath.join(parent, f".{posixpath.basename(self.path)}.{uuid.uuid4().hex}.tmp")
+        if parent:
+            self.fs.makedirs(parent, exist_ok=True)
+        self._file = self.fs.open(self.tmp, "wb")
+        self._writer = pq.ParquetWriter(self._file, schema)
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        table = conform(table, self.schema, what=self.path)
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
+        self._file.close()
+        self.fs.mv(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self._writer.close()
+        self._file.close()
+        self.fs.rm(self.tmp)
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.abort() if exc_type else self.close()
+
+
+def write_table(path: str, table: pa.Table, schema: pa.Schema, storage_options: dict | None = None) -> int:
+    with TableWriter(path, schema, storage_options) as w:
+        w.write(table)
+    return w.rows
+
+
+def read_table(path: str, schema: pa.Schema, storage_options: dict | None = None) -> pa.Table:
+    """Read a Parquet file written through a contract, and check it still matches."""
+    fs, inner = filesystem(path, storage_options)
+    with fs.open(inner, "rb") as f:
+        table = pq.read_table(f)
+    return conform(table, schema, what=path)
+
+
+def quarantine_table(rejected: Iterable[Rejected], source: str) -> pa.Table:
+    rows = [
+        {"source": source, "row_index": r.row_index, "query_id": r.query_id, "reason": r.reason.value,
+         "detail": r.detail, "raw": r.raw}
+        for r in rejected
+    ]
+    return pa.Table.from_pylist(rows, schema=QUARANTINE)

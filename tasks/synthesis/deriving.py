@@ -1,0 +1,169 @@
+"""The last passes of a synthesis run, as Ray Data jobs over the chosen seeds' chunks: what the
+current seeds' records say, written where a person and the trainer read it.
+
+Each task reads the chosen seeds of one chunk (the plan's locators), validates them again (the rows
+are not kept between passes), and fetches each call's record from the cache (the index goes to the
+workers once; a worker reads the shards it needs, a few at a time). Then:
+
+- `derive` (every run that changed something): with `verify`, the verifier's verdicts applied; the
+  chunk's dual-view rows and rejections written to OUT/.work/derived/; back to the driver, its
+  outcome counts and first examples per reason. The driver writes dual_views.parquet and
+  rejections.parquet from the parts in source order (a row group at a time), and report.md.
+- `stage_questions` (with `verify`): the verification prompt of every accepted row without a verdict,
+  staged in OUT/.work/verify/ for tasks/synthesis/verification.py's engine pass.
+
+A planned row without a record fails the run: every planned row has one by then. The driver holds
+the counts, a few examples and a row group; a task holds a batch of seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD, Rejected
+from dualview_core.method.dual_view import make_dual_view
+from dualview_core.storage.tables import TableWriter
+from dualview_core.storage.layout import DUAL_VIEWS, REJECTIONS, REPORT
+from dualview_core.data.seeds import acyclic
+from dualview_core.synthesis.records import CostSummary, WorkItem, cache_key, seed_fields, targets
+from dualview_core.synthesis.report import EXAMPLES_PER_REASON, render_report
+from tasks.progress import Progress
+from tasks.synthesis.planning import FirstPass, run_chunks, tool, validated
+from tasks.synthesis.record_store import WORK, RecordStore
+from tasks.synthesis.staging import StagedFiles, staged_schema
+
+# a verification question as staged: the prompt, and what its verdict's record needs (VERDICT_INFO)
+VERDICT_INFO = ("cache_key", "seed_key", "target_index", "instruction", "query_id", "query", "original_instruction")
+QUESTION = ("cache_key", "messages", "target_doc_id", *VERDICT_INFO[1:])
+
+DERIVED, QUESTIONS = "derived", "verify"
+
+
+@dataclass(frozen=True)
+class Current:
+    """What a task needs to read the current records: the first pass's job (source, chunks, how it
+    asked, the store), and the records' index as an ObjectRef. With `verify`: the verifier, and as
+    ObjectRefs the verdicts (`derive`, tasks/synthesis/verification.py's Verdicts) or the index of the
+    verdicts already settled (`stage_questions`)."""
+
+    job: FirstPass
+    records: object
+    verifier: object = None
+    verdicts: object = None
+    settled: object = None
+
+
+def current_records(cur: Current, c: int, wanted: set[int] | None) -> Iterator[tuple[list[WorkItem], list[dict]]]:
+    """(work items, their records with the seed columns) of chunk `c`'s chosen seeds, a batch at a time."""
+    import ray
+
+    ask, index = cur.job.ask, tool("records", cur.records, lambda: ray.get(cur.records))
+    for results in validated(cur.job, c, wanted):
+        with acyclic():
+            items = [WorkItem(seed, t, cache_key(seed["seed_key"], t, ask.version, ask.model_id, ask.sampling))
+                     for _, seed in results if not isinstance(seed, Rejected) for t in targets(seed, ask.cfg.per_negative)]
+            found = index.fetch([i.cache_key for i in items])
+            lost = [i.cache_key for i, rec in zip(items, found) if rec is None]
+            if lost:
+                raise RuntimeError(f"{len(lost)} planned row(s) have no record under {cur.job.store.out}/records, e.g. {lost[0]}")
+            yield items, [{**rec, **seed_fields(i.seed)} for i, rec in zip(items, found)]
+
+
+def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
+    """Chunk `c`'s dual views and rejections, written as parts; its counts and examples returned."""
+    import ray
+
+    store = cur.job.store
+    verdicts = tool("verdicts", cur.verdicts, lambda: ray.get(cur.verdicts)) if cur.verdicts else None
+    retry_before = verdicts.retry if verdicts else 0
+    costs, outcomes, examples = CostSummary(), Counter(), {}
+    views = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-views.parquet"), DUAL_VIEW_ROW, store.options)
+    rejections = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-rejections.parquet"), SYNTHESIS_RECORD, store.options)
+    with views, rejections:
+        for items, records in current_records(cur, c, wanted):
+            if verdicts:
+                records = verdicts.apply(items, records, costs)
+            views.write(pa.Table.from_pylist([make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
+                                                             prompt_version=r["prompt_version"], model_id=r["model_id"])
+                                              for i, r in zip(items, records) if r["rejection"] is None], schema=DUAL_VIEW_ROW))
+            rejections.write(pa.Table.from_pylist([r for r in records if r["rejection"] is not None], schema=SYNTHESIS_RECORD))
+            for r in records:
+                reason = r["rejection"] or "accepted"
+                outcomes[reason] += 1
+                if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
+                    examples[reason].append(r)
+    summary = {"outcomes": outcomes, "examples": examples, "verify_checked": costs.verify_checked,
+               "verify_failed": costs.verify_failed, "verify_retry": verdicts.retry - retry_before if verdicts else 0}
+    return pa.table({"chunk": [c], "summary": [json.dumps(summary)]})
+
+
+def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progress) -> dict:
+    """Dual views, rejections and report.md of the chosen `seeds` (locators); the outcome counts."""
+    store, ask = cur.job.store, cur.job.ask
+    outcomes, examples, retry, chunks = Counter(), {}, 0, []
+    for table in run_chunks(derive_chunk, cur, len(cur.job.chunks), seeds):
+        for c, text in zip(table["chunk"].to_pylist(), table["summary"].to_pylist()):
+            summary = json.loads(text)
+            chunks.append((c, summary))
+    for _, summary in sorted(chunks, key=lambda x: x[0]):  # source order: the same examples as a sequential pass
+        outcomes.update(summary["outcomes"])
+        for reason, rows in summary["examples"].items():
+            examples[reason] = (examples.get(reason, []) + rows)[:EXAMPLES_PER_REASON]
+        costs.verify_checked += summary["verify_checked"]
+        costs.verify_failed += summary["verify_failed"]
+        retry += summary["verify_retry"]
+    order = sorted(c for c, _ in chunks)
+    views = _merge(store, DUAL_VIEWS, DUAL_VIEW_ROW, [f"{c:06d}-views.parquet" for c in order])
+    _merge(store, REJECTIONS, SYNTHESIS_RECORD, [f"{c:06d}-rejections.parquet" for c in order])
+    accepted = outcomes.pop("accepted", 0)
+    counts = {"accepted": accepted, "rejected": sum(outcomes.values()), "by_reason": dict(sorted(outcomes.items()))}
+    sample = [r for reason in sorted(examples) for r in examples[reason]]
+    report = store.write_text(REPORT, render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id))
+    progress(f"synthesis: {views} dual views and {counts['rejected']} rejections written")
+    return {"dual_views": views, "rejected": counts["rejected"], "outcomes": counts, "report": report, "verify_retry": retry}
+
+
+def _merge(store: RecordStore, name: str, schema: pa.Schema, parts: list[str]) -> int:
+    """OUT/<name> from the parts in OUT/.work/derived/, in the order given, a row group at a time;
+    written (empty) even when there is none. Returns its rows."""
+    with TableWriter(store.path(name), schema, store.options) as out:
+        for part in parts:
+            with store.fs.open(posixpath.join(store.work(DERIVED), part), "rb") as f:
+                parquet = pq.ParquetFile(f)
+                for group in range(parquet.num_row_groups):
+                    out.write(parquet.read_row_group(group))
+    return out.rows
+
+
+def question_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
+    """Stage the verification prompt of chunk `c`'s accepted rows that have no verdict yet."""
+    import ray
+
+
+    verifier, store = cur.verifier, cur.job.store
+    settled = tool("settled", cur.settled, lambda: ray.get(cur.settled))  # not to be asked again
+    files = StagedFiles(store.fs, store.work(QUESTIONS), f"{c:06d}", cur.job.ask.batch_rows, staged_schema(QUESTION))
+    accepted = sent = 0
+    for items, records in current_records(cur, c, wanted):
+        asked = [(k, i, r) for k, i, r in zip(verifier.keys(items, records), items, records) if k is not None]
+        accepted += len(asked)
+        rows = [verifier.row(k, i, r) for (k, i, r), at in zip(asked, settled.lookup([k for k, _, _ in asked])) if at < 0]
+        files.add(rows)
+        sent += len(rows)
+    files.close()
+    return pa.table({"chunk": [c], "accepted": [accepted], "sent": [sent]})
+
+
+def stage_questions(cur: Current, seeds: np.ndarray) -> tuple[int, list[str]]:
+    """Stage the verification prompts of the chosen `seeds`' accepted rows without a settled verdict
+    (`question_chunk`, a task per chunk): (accepted rows, the staged files)."""
+    accepted = sum(sum(t["accepted"].to_pylist()) for t in run_chunks(question_chunk, cur, len(cur.job.chunks), seeds))
+    return accepted, cur.job.store.work_files(QUESTIONS)

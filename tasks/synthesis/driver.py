@@ -1,0 +1,223 @@
+"""Polarity-reversal synthesis, end to end: seeds → plan → engine → judge → shards → derived tables.
+
+Pass one is a Ray Data job over the seed source's chunks (tasks/synthesis/planning.py): its tasks validate,
+key and look up every row in the cache index (two columns of the record shards, tasks/synthesis/record_store.py),
+and render, count and stage the calls not yet cached in OUT/.work/; rows that fail validation go to
+OUT/quarantine.parquet, a prompt too long for the engine's context is recorded as rejected there and
+then. The driver gets back one small row per seed row and decides duplicates, the limit and the seed
+map (dualview_core/synthesis/plan.py). Pass two reads the staged rows into the engine's Ray Data pipeline; the
+stage after the engine judges each batch of answers into records and publishes them as shards of
+`shard_rows` (tasks/synthesis/publishing.py): the driver receives their summaries, for progress and costs, and
+gives a record to any row the engine never returned, so every planned row ends as a record. With
+`verify`, a pass over the current records asks a second, cached question about every accepted row
+(tasks/synthesis/verification.py; one engine start for all of them). Then a last Ray Data job over the chosen
+seeds' chunks derives the dual-view rows and the rejections as parts the driver joins in source
+order, and report.md (tasks/synthesis/deriving.py); the run is recorded in the manifest (its seed map in OUT/seed_map.parquet). When nothing changed since the last
+run (same seeds, same shards, same settings) the derived files stand as they are. The driver holds
+the plan (tens of bytes per seed row), one shard's summary and one row group of the derived tables,
+never the data set. Killed at any moment, a re-run picks up exactly where the published shards end.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pyarrow as pa
+
+from dualview_core.synthesis.cache_index import seed_diff, unique_seeds
+from dualview_core.config import SynthesisConfig
+from dualview_core.keys import canonical_json, content_digest, digest
+from dualview_core.storage.layout import DERIVED_FILES, output_options
+from dualview_core.synthesis.plan import Plan
+from dualview_core.method.prompting import default_template, prompt_version
+from dualview_core.data.sources import source_fingerprint
+from dualview_core.synthesis.records import CostSummary
+from tasks.synthesis.judging import Asking, RecordStage
+from tasks.synthesis.planning import STAGED, plan_seeds
+from tasks.progress import Progress, duration
+from tasks.synthesis.publishing import COST_COLUMNS, Answered, Shelf, StagedRows, published, shard_rows
+from tasks.synthesis.record_store import RECORDS, RecordStore
+from tasks.synthesis.staging import staged_info
+
+PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
+UNCHANGED = "synthesis: no change since the last run; its dual views, rejections and report stand"
+
+
+def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_options: dict | None = None,
+                  progress: Progress = print, out_storage_options: dict | None = None) -> dict:
+    """Synthesize what is missing under `out`; return the run summary (counts, costs, versions).
+
+    `storage_options` are for the seeds, `out_storage_options` (default: the same) for the output."""
+    out_options = output_options(out_storage_options, storage_options)
+    store = RecordStore(out, out_options)
+    with store.lock():
+        start = time.perf_counter()
+        source = source_fingerprint(seeds_path, storage_options)  # before reading: a later edit is a change
+        template = default_template()
+        version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.model_dump(mode="json")
+        ask = Asking(cfg, template, version, model_id, sampling)
+        manifest = store.manifest()
+        if _as_left(store, cfg, ask, manifest.get("summary", {}), source):
+            return _unchanged_run(store, manifest, start, progress)
+        run = uuid.uuid4().hex[:16]
+        store.clear_work()  # a killed run's intermediate files
+        try:
+            model_path = _model_path(cfg, progress)
+            plan, job = plan_seeds(seeds_path, storage_options, store, ask, model_path, run, progress)
+            counts = {"pending": plan.pending, "cached": plan.cached, **seed_diff(store.previous_seed_map(manifest), plan.seed_map)}
+            progress(f"synthesis: {plan.seed_map.num_rows} seeds, {plan.pending} to send, {plan.cached} cached "
+                     f"(new {counts['new']}, changed {counts['changed']}, removed {counts['removed']})")
+            costs = CostSummary()
+            if plan.pending:
+                _call_engine(plan, ask, store, costs, progress, model_path, run)
+            seed_map, validation, sent, chosen = plan.seed_map, plan.report, plan.pending, plan.seeds
+            del plan  # its keys and locators: what follows needs the seed map and the chosen seeds
+            pa.default_memory_pool().release_unused()
+            seed_fingerprint = content_digest(unique_seeds(seed_map)["seed_key"])  # as a query_id -> key map
+            outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
+            previous = manifest.get("summary", {})
+            if (not sent and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
+                    and _derived_exist(store)):
+                derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")} | {"verify_retry": 0}
+                progress(UNCHANGED)
+            else:
+                derived = _derive(job, chosen, store, ask, costs, progress)
+                if cfg.verify:  # its pass may have published verdict shards
+                    outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
+        finally:
+            store.clear_work()
+        summary = {
+            "seeds": validation,
+            "synthesis_seeds": seed_map.num_rows,
+            "plan": counts,
+            "cost": costs.as_dict(time.perf_counter() - start),
+            **derived,
+            "prompt_version": version,
+            "model_id": model_id,
+            "seed_fingerprint": seed_fingerprint,
+            "source_fingerprint": source,
+            "outputs_fingerprint": outputs,
+            "out": out,
+        }
+        store.write_manifest({"seed_map": store.write_seed_map(seed_map), "summary": summary})
+        return summary
+
+
+def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: Asking, previous: dict, source: str) -> bool:
+    """Whether the seed files and the cache are exactly as the last completed run left them (and it
+    left nothing to retry), so this run has nothing to send and nothing to rewrite: decided from the
+    files' fingerprint and the shards' names, without reading a seed or a record."""
+    return (_verdicts_final(cfg, previous) and previous.get("source_fingerprint") == source and "seed_fingerprint" in previous
+            and not previous.get("outcomes", {}).get("by_reason", {}).get("engine_error")
+            and previous.get("outputs_fingerprint") == _outputs_fingerprint(store, cfg, ask, previous["seed_fingerprint"])
+            and _derived_exist(store))
+
+
+def _verdicts_final(cfg: SynthesisConfig, previous: dict) -> bool:
+    """Whether verification leaves nothing to ask again: off, or the last run's verdicts all final
+    (none failed transiently). Older manifests do not say, so they are asked."""
+    return not cfg.verify or previous.get("verify_retry") == 0
+
+
+def _unchanged_run(store: RecordStore, manifest: dict, start: float, progress: Progress) -> dict:
+    previous = manifest["summary"]
+    seeds = store.previous_seed_map(manifest)
+    planned = previous["plan"]["pending"] + previous["plan"]["cached"]
+    counts = {"pending": 0, "cached": planned, "new": 0, "changed": 0, "removed": 0, "unchanged": unique_seeds(seeds).num_rows}
+    progress(f"synthesis: {seeds.num_rows} seeds, 0 to send, {planned} cached (new 0, changed 0, removed 0)")
+    progress(UNCHANGED)
+    summary = {**previous, "plan": counts, "cost": CostSummary().as_dict(time.perf_counter() - start)}
+    store.write_manifest({**{k: v for k, v in manifest.items() if k != "summary"}, "summary": summary})
+    return summary
+
+
+def _model_path(cfg: SynthesisConfig, progress: Progress) -> str | None:
+    """The vLLM engine's servable model folder (a packaged model is converted once); None otherwise."""
+    if cfg.engine != "vllm":
+        return None
+    from tasks.synthesis.llm_models import resolve_llm
+
+    return resolve_llm(cfg.vllm.model, cfg.model_cache_dir, progress)
+
+
+def _call_engine(plan: Plan, ask: Asking, store: RecordStore, costs: CostSummary, progress: Progress,
+                 model_path: str | None, run: str) -> None:
+    """A record for every pending call: rejected before the engine (recorded by pass one), answered,
+    or failed. The stage after the engine publishes the records (tasks/synthesis/publishing.py); this process
+    follows the shards' summaries, so progress moves with every shard."""
+    from tasks.synthesis.engines import start_wait
+    from tasks.progress import Meter, waiting
+
+    cfg, judging = ask.cfg, ask.judging
+    meter = Meter("synthesis", plan.pending, "rows", progress, every_s=PROGRESS_EVERY_S)
+    for _ in range(len(plan.recorded)):  # recorded by pass one: counted, never sent
+        costs.add({"rejection": "prompt_too_long", "attempts": 0, "prompt_tokens": None, "completion_tokens": None,
+                   "latency_s": None})
+    if len(plan.recorded):
+        progress(f"synthesis: {len(plan.recorded)} prompt(s) too long for the engine's context, rejected before sending")
+        meter.start(already=len(plan.recorded))
+    if not len(plan.staged):
+        return
+    staged = StagedRows(store.fs, tuple(store.work_files(STAGED)), plan.drop)
+    sent, shelf = Answered(plan.staged), Shelf(store, RECORDS, run, shard_rows(cfg, len(plan.staged)))
+    with waiting("synthesis", *start_wait(cfg), progress) as wait:
+        for n, summary in enumerate(published(cfg, model_path, staged, judging.columns, RecordStage, (judging,), shelf)):
+            answered = account(summary, sent, costs)
+            if n == 0:  # the rate counts from here: the engine answered these while it was starting
+                progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
+                meter.start(already=answered)
+            else:
+                meter.advance(answered, f"{costs.accepted} accepted")
+    missing = sent.missing()  # never left without a record (and retried later)
+    if missing:
+        rows = staged_info(store.fs, staged.paths, missing, judging.columns)
+        records = RecordStage(judging)([{**r, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
+                                        for r in rows])
+        store.write_shard(records, run=run)
+        meter.advance(account(records, sent, costs), "engine returned no row for these")
+
+
+def account(summary: pa.Table, sent: Answered, costs: CostSummary) -> int:
+    """Note a published shard's rows (a summary, or the records themselves) as answered and costed."""
+    sent.mark(summary["cache_key"])
+    costs.mark_answers(summary.num_rows)
+    for rec in summary.select(COST_COLUMNS).to_pylist():
+        costs.add(rec)
+    return summary.num_rows
+
+
+def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: Asking, seed_fingerprint: str) -> str:
+    """What the derived files depend on: the seeds, the shards (by name: they are never rewritten)
+    and the settings that choose and judge records."""
+    from tasks.synthesis.record_store import VERIFICATIONS
+
+    parts = [seed_fingerprint, store.shard_names(), store.shard_names(VERIFICATIONS), ask.version, ask.model_id,
+             ask.sampling, cfg.per_negative, cfg.max_error_runs, cfg.verify, cfg.limit]
+    if cfg.verify:  # what the verdicts' keys hold besides the rows
+        from tasks.synthesis.verification import Verifier
+
+        verifier = Verifier.of(cfg)
+        parts += [verifier.version, verifier.sampling]
+    return digest(canonical_json(parts))
+
+
+def _derived_exist(store: RecordStore) -> bool:
+    return all(store.fs.exists(f"{store.root}/{name}") for name in DERIVED_FILES)
+
+
+def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, progress: Progress) -> dict:
+    """The dual views, rejections and report of the chosen seeds (tasks/synthesis/deriving.py). With `verify`, a
+    pass of its own first asks the verifier about every accepted row it has no verdict on."""
+    import ray
+
+    from tasks.synthesis.deriving import Current, derive
+
+    current = Current(job, ray.put(store.index(max_error_runs=1)))  # a key's first final record, else its latest failure
+    if ask.cfg.verify:
+        from tasks.synthesis.verification import Verdicts, Verifier, ask_missing
+
+        verifier = Verifier.of(ask.cfg)
+        ask_missing(current, chosen, verifier, costs, progress)
+        current = Current(job, current.records, verifier, ray.put(Verdicts(verifier, store)))
+    return derive(current, chosen, costs, progress)

@@ -1,0 +1,264 @@
+"""The first pass of a synthesis run, as a Ray Data job: every chunk of the seed source is read,
+validated, keyed and checked against the cache index by a Ray Data task, in parallel, wherever the
+cluster has CPUs; the same task renders the calls not yet cached, counts their prompt tokens, and
+stages them for the engine in OUT/.work/staged/ (a row too long for the engine's context is recorded
+as rejected there and then, in a shard of its own). Rows that fail validation go to
+OUT/.work/quarantine/. The driver gets back one PLAN_ROW per source row and decides what only the
+whole source decides (dualview_core/synthesis/plan.py): duplicates, the limit, the seed map, the report; then
+it writes OUT/quarantine.parquet from the chunks' parts, in source order.
+
+With a `limit`, a first job only plans (no index, no rendering) and a second one stages the seeds
+chosen, so a smoke run on a large source renders a few rows, not all of them. Duplicates are rare:
+their raw rows are read again by a small job of their own, for the quarantine.
+
+The driver holds the plan (dualview_core/synthesis/plan.py: ~300 MB at 2.3M source rows), one chunk's
+quarantine while it writes the file, never a row's passages. A task holds one batch of rows and one
+staged file's rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dualview_core.data.chunks import Chunk, locator, split
+from dualview_core.config import ValidationConfig
+from dualview_core.contracts import QUARANTINE, Rejected
+from dualview_core.storage.tables import TableWriter, quarantine_table
+from dualview_core.synthesis.plan import Plan, PlanBuilder, PlanRows, with_calls
+from dualview_core.method.prompting import render
+from dualview_core.data.seeds import acyclic, duplicate, is_synthesis_seed, rejected, validate
+from dualview_core.data.sources import SourceError, chunks, read_rows
+from dualview_core.storage.filesystems import filesystem, is_remote
+from dualview_core.synthesis.records import cache_key, prompt_too_long, targets
+from tasks.synthesis.judging import Asking, RecordStage, engine_row
+from tasks.synthesis.record_store import WORK, RecordStore
+from tasks.synthesis.staging import StagedFiles, staged_schema
+
+STAGED, QUARANTINED = "staged", "quarantine"
+PLAN_CPUS = 1.0  # a chunk task validates and renders: CPU-bound, one core
+
+
+@dataclass(frozen=True)
+class FirstPass:
+    """What every chunk task of a job needs: the source and its chunks, how to ask, where to write,
+    and what the job does: `stage` the calls not cached, or only plan; `duplicates`: quarantine the
+    rows it is given as duplicates. Which rows of a chunk a task reads comes with the task."""
+
+    seeds: str
+    seed_options: dict | None
+    chunks: tuple[Chunk, ...]
+    validation: ValidationConfig
+    ask: Asking
+    store: RecordStore
+    run: str
+    model_path: str | None = None
+    index: object = None  # an ObjectRef of the cache's KeyIndex (staging jobs only)
+    stage: bool = True
+    duplicates: bool = False
+
+
+def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: Asking, model_path: str | None,
+               run: str, progress: Callable[[str], None]) -> tuple[Plan, FirstPass]:
+    """Pass one: the plan of this run (dualview_core.synthesis.plan.Plan), with the calls not cached staged under
+    OUT/.work/staged/ and OUT/quarantine.parquet written; and the job (what later passes over the
+    same chunks need)."""
+    import ray
+
+    from tasks.synthesis.ray_runtime import ensure_ray
+
+    _shared(seeds, store, ask.cfg.ray_address)
+    ensure_ray(ask.cfg.ray_address)
+    _, pieces = chunks(seeds, seed_options)
+    index = store.index(ask.cfg.max_error_runs)  # two columns of each shard, not the records
+    job = FirstPass(seeds, seed_options, tuple(pieces), ValidationConfig(), ask, store, run, model_path,
+                    index=ray.put(index.index), stage=ask.cfg.limit is None)
+    progress(f"synthesis: reading {seeds} in {len(pieces)} chunk(s) on the Ray cluster")
+    builder = PlanBuilder()
+    for table in _run(job):
+        builder.add(table)
+    plan = builder.resolve(ask.cfg.limit)
+    pa.default_memory_pool().release_unused()  # resolving's temporaries, back to the system
+    if not job.stage and len(plan.seeds):  # the limit's second job: only the seeds chosen
+        plan = with_calls(plan, list(_run(replace(job, stage=True), plan.seeds)))
+    if len(plan.duplicates):
+        for _ in _run(replace(job, stage=False, duplicates=True), plan.duplicates):
+            pass
+    _write_quarantine(store, plan)
+    return plan, job
+
+
+def _shared(seeds: str, store: RecordStore, address: str | None) -> None:
+    """Refuse, before anything starts, a Ray Client driver (`ray://`) with local paths: its tasks run
+    on the cluster's nodes, which cannot read this machine's files."""
+    local = [p for p in (seeds, store.out) if not is_remote(p)]
+    if (address or "").startswith("ray://") and local:
+        raise SourceError(f"{local[0]}: a local path, but a Ray Client driver ({address}) runs its tasks on the "
+                          "cluster's nodes; put seeds and output on storage they read (s3://...)")
+
+
+def _run(job: FirstPass, wanted: np.ndarray | None = None):
+    return run_chunks(plan_chunk, job, len(job.chunks), wanted)
+
+
+def run_chunks(task: Callable, spec: object, n_chunks: int, wanted: np.ndarray | None = None):
+    """`task(spec, chunk, rows)` as a Ray Data job, a task per chunk: of every row (`rows` None), or of
+    the `wanted` ones (locators), each task given its chunk's. The tasks' tables as they finish."""
+    import ray
+
+    if wanted is None:
+        items = [{"chunk": c, "rows": None} for c in range(n_chunks)]
+    else:
+        chunk_of, row_of = split(wanted)
+        items = [{"chunk": int(c), "rows": row_of[chunk_of == c].tolist()} for c in np.unique(chunk_of)]
+    if not items:
+        return
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds.context.raise_original_map_exception = True  # a task's SourceError reaches this process as one
+    ds = ds.map_batches(_chunk_task, fn_args=(task, spec), batch_size=1, batch_format="pyarrow", num_cpus=PLAN_CPUS)
+    try:
+        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    except SourceError as exc:  # Ray's error, an instance of the task's: its message, without the traceback
+        raise SourceError(_source_message(exc)) from None
+
+
+def _source_message(exc: BaseException) -> str:
+    """The first line of the task's own SourceError in `exc`'s chain (Ray keeps it as a cause of the
+    error it raises here, itself an instance of SourceError whose text is Ray's traceback)."""
+    from ray.exceptions import RayError
+
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, SourceError) and not isinstance(e, RayError):
+            return str(e).strip().splitlines()[0]
+        todo += [e.__cause__, getattr(e, "cause", None), e.__context__]
+    return str(exc).strip().splitlines()[-1]
+
+
+def _chunk_task(batch: pa.Table, task: Callable, spec: object) -> pa.Table:
+    return pa.concat_tables([task(spec, item["chunk"], None if item["rows"] is None else set(item["rows"]))
+                             for item in batch.to_pylist()])
+
+
+def validated(job: FirstPass, c: int, wanted: set[int] | None):
+    """Chunk `c`'s rows (its `wanted` ones only, when given), a batch at a time, as (raw row, SEED_ROW
+    dict or Rejected) pairs."""
+    fs = filesystem(job.seeds, job.seed_options)[0]
+    for batch in read_rows(fs, job.chunks[c], job.validation.batch_rows):
+        with acyclic():
+            results = [(raw, validate(raw, job.validation)) for raw in batch if wanted is None or raw.index in wanted]
+        yield results
+
+
+_TOOLS: dict = {}  # per worker process: the cache index and the prompt counter, loaded once for many chunks
+
+
+def tool(name: str, key: object, load: Callable[[], object]) -> object:
+    """What `load` gives, kept in this worker process under `name` while `key` stays the same."""
+    if _TOOLS.get(name, (None,))[0] != key:
+        _TOOLS[name] = (key, load())
+    return _TOOLS[name][1]
+
+
+def plan_chunk(job: FirstPass, c: int, wanted: set[int] | None = None) -> pa.Table:
+    """Read, validate, key, look up and (when staging) render, count and stage chunk `c` (its
+    `wanted` rows only, when given)."""
+    ask = job.ask
+    rows, bad = PlanRows(c), []
+    staged = StagedFiles(job.store.fs, job.store.work(STAGED), f"{c:06d}", ask.batch_rows,
+                         staged_schema([*ask.staged_columns, "locator"])) if job.stage else None
+    too_long: list[dict] = []
+    for results in validated(job, c, wanted):
+        with acyclic():  # Python rows: see dualview_core.data.seeds.acyclic
+            if job.duplicates:
+                bad += [rejected(raw, *duplicate(seed)) for raw, seed in results if not isinstance(seed, Rejected)]
+                continue
+            calls = _calls(job, [(raw.index, seed) for raw, seed in results
+                                        if not isinstance(seed, Rejected) and is_synthesis_seed(seed)])
+            for raw, seed in results:
+                if isinstance(seed, Rejected):
+                    rows.quarantined(raw.index, seed.reason)
+                    bad.append(seed)
+                    continue
+                n, send, refused = calls.get(raw.index, (0, [], []))
+                rows.valid(raw.index, seed, [r["cache_key"] for r in send], [r["cache_key"] for r in refused], calls=n)
+                if staged:
+                    staged.add([{**r, "locator": locator(c, raw.index)} for r in send])
+                too_long += refused
+    if staged:
+        staged.close()
+    if bad:
+        name = f"{c:06d}{'-dup' if job.duplicates else ''}.parquet"
+        with TableWriter(job.store.path(f"{WORK}/{QUARANTINED}/{name}"), QUARANTINE, job.store.options) as w:
+            w.write(quarantine_table(bad, job.seeds))
+    if too_long:  # rejected before the engine: recorded here, in a shard of their own
+        job.store.write_shard(RecordStage(ask.judging)(too_long), run=job.run)
+    return rows.table()
+
+
+def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int, list, list]]:
+    """row -> (calls, rows to stage, results of rows too long for the engine) for a batch's synthesis
+    seeds; without staging, only the number of calls."""
+    ask = job.ask
+    keyed = [(row, seed, t, cache_key(seed["seed_key"], t, ask.version, ask.model_id, ask.sampling))
+             for row, seed in seeds for t in targets(seed, ask.cfg.per_negative)]
+    out = {row: (0, [], []) for row, _ in seeds}
+    for row, _, _, _ in keyed:
+        n, send, refused = out[row]
+        out[row] = (n + 1, send, refused)
+    if not job.stage:
+        return out
+    import ray
+
+    from tasks.synthesis.engines import prompt_counter
+
+    found = tool("index", job.index, lambda: ray.get(job.index)).lookup([k for *_, k in keyed])
+    if (found >= 0).all():  # all cached: no prompt to render or count (no tokenizer loaded)
+        return out
+    counter = tool("counter", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_counter(ask.cfg, job.model_path))
+    for (row, seed, t, key), at in zip(keyed, found):
+        if at >= 0:
+            continue
+        staged = engine_row(seed, t, key, render(seed, t, ask.template), ask.geometry)
+        error = None
+        if counter is not None:
+            count, context = counter
+            tokens = count(staged["messages"])
+            error = prompt_too_long(tokens, ask.cfg.sampling.max_tokens, context)
+        if error:
+            out[row][2].append({**{k: staged[k] for k in ask.judging.columns}, "raw_response": None,
+                                "prompt_tokens": tokens, "attempts": 0, "error": error})
+        else:
+            out[row][1].append(staged)
+    return out
+
+
+def _write_quarantine(store: RecordStore, plan: Plan) -> None:
+    """OUT/quarantine.parquet from the chunks' parts, in source order, with positions across the
+    source (a chunk's part numbers its rows within the chunk). Written even when empty."""
+    parts: dict[int, list[str]] = {}
+    for path in store.work_files(QUARANTINED):
+        parts.setdefault(int(os.path.basename(path)[:6]), []).append(path)
+    with TableWriter(store.path("quarantine.parquet"), QUARANTINE, store.options) as out:
+        for c in sorted(parts):
+            table = pa.concat_tables([_read(store, p) for p in parts[c]])
+            table = table.take(pc.sort_indices(table["row_index"]))
+            positions = table["row_index"].to_numpy() + plan.offsets.get(c, 0)
+            out.write(table.set_column(table.schema.get_field_index("row_index"), "row_index", pa.array(positions)))
+
+
+def _read(store: RecordStore, path: str) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    with store.fs.open(path, "rb") as f:
+        return pq.read_table(f)
+

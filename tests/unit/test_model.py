@@ -1,0 +1,77 @@
+"""The bi-encoder as a SentenceTransformer: what `load_model` decides on top of sentence-transformers
+(plain folders, a pooling override, max length, Normalize for training, each role's prompt)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dualview_core.model import load_model, resolve_model, role_prompt
+
+TEXTS = ["how long to ferment sauerkraut", "Small-Jar Sauerkraut: Timing by Temperature"]
+
+
+@pytest.fixture(scope="module")
+def plain_folder(tmp_path_factory):
+    """The packaged MiniLM as a plain Hugging Face folder: no modules.json, so no pooling declared."""
+    folder = tmp_path_factory.mktemp("plain")
+    st = load_model("minilm")
+    st[0].model.save_pretrained(folder)
+    st[0].tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_the_packaged_alias_is_a_folder_and_loads_as_its_authors_saved_it():
+    from sentence_transformers import SentenceTransformer
+
+    path = resolve_model("minilm")
+    assert path != "minilm" and resolve_model("/some/folder") == "/some/folder"
+    np.testing.assert_allclose(load_model("minilm").encode(TEXTS), SentenceTransformer(path, device="cpu").encode(TEXTS),
+                               atol=1e-6)
+
+
+def test_a_plain_folder_gets_mean_pooling_unless_told_otherwise(plain_folder):
+    from dualview_core.model import st_modules
+
+    Pooling = st_modules().Pooling
+
+    mean, cls = load_model(plain_folder), load_model(plain_folder, pooling="cls")
+    assert [type(m) for m in mean][1] is Pooling and mean[1].pooling_mode == "mean"
+    assert cls[1].pooling_mode == "cls"
+    assert not np.allclose(mean.encode(TEXTS), cls.encode(TEXTS), atol=1e-3)
+    # MiniLM's own folder declares mean pooling and Normalize: the plain folder's mean, normalised
+    vectors = mean.encode(TEXTS)
+    np.testing.assert_allclose(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), load_model("minilm").encode(TEXTS),
+                               atol=1e-5)
+
+
+def test_a_pooling_override_replaces_the_folders_and_keeps_its_prompt_rule():
+    model = load_model("minilm", pooling="max")
+    pooling = next(m for m in model if type(m).__name__ == "Pooling")
+    assert pooling.pooling_mode == "max" and pooling.include_prompt is True
+    assert not np.allclose(model.encode(TEXTS), load_model("minilm").encode(TEXTS), atol=1e-3)
+
+
+def test_max_length_only_lowers_the_folders():
+    own = load_model("minilm").max_seq_length
+    assert load_model("minilm", max_length=32).max_seq_length == 32
+    assert load_model("minilm", max_length=own + 100).max_seq_length == own
+
+
+def test_a_model_that_trains_ends_with_one_normalize(plain_folder):
+    from dualview_core.model import st_modules
+
+    Normalize = st_modules().Normalize
+
+    assert isinstance(load_model(plain_folder, for_training=True)[-1], Normalize)
+    trained = load_model("minilm", for_training=True)  # MiniLM already ends with Normalize
+    assert sum(isinstance(m, Normalize) for m in trained) == 1
+
+
+def test_each_role_gets_the_prompt_encode_query_and_encode_document_use():
+    model = load_model("minilm")
+    model.prompts, model.default_prompt_name = {"query": "query: ", "classification": "c: "}, None
+    assert role_prompt(model, "query") == "query: " and role_prompt(model, "document") is None
+    model.default_prompt_name = "classification"
+    assert role_prompt(model, "document") == "c: "
+    np.testing.assert_allclose(model.encode_query(TEXTS), model.encode(TEXTS, prompt="query: "), atol=1e-6)
