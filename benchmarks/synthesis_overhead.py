@@ -2,7 +2,7 @@
 
 (a) openai engine, against a fixed-latency OpenAI-compatible server written for this benchmark (in
     its own process), at each concurrency (default 64 and 256), the same request bodies five ways:
-    a bare asyncio loop over `httpx` (the engine's former client), a bare asyncio loop over `aiohttp`
+    a bare asyncio loop over `httpx` (the common choice of a Python client), a bare asyncio loop over `aiohttp`
     (the anchor), the engine's own client on one loop without Ray, the engine's Ray Data stage alone
     on rendered rows, and `run_synthesis` end to end
     (seeds → render → engine stage → parse/guard → shards). Ray start-up is paid before the clock
@@ -102,7 +102,7 @@ def request_body(model: str, messages: list[dict], sampling) -> dict:
 
 
 async def bare_httpx(base_url: str, bodies: list[dict], concurrency: int) -> float:
-    """A bare asyncio loop over one pooled `httpx.AsyncClient`: the client the engine used to have."""
+    """A bare asyncio loop over one pooled `httpx.AsyncClient`: the client a user would pick first."""
     import httpx
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)

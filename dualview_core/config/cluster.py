@@ -202,7 +202,7 @@ def pipeline_config(cfg: ClusterConfig, seeds: str, eval_set: str, workdir: str)
     `ray_address` in client mode, submitted to it as a Ray Job in job mode) and training profiles, one
     DeepSpeed rank per trainer GPU, the MLflow server, and artifacts through it (`MLFLOW_ARTIFACTS`).
     Evaluation at the full 512 tokens. profiles/cluster.yaml holds the same values for the default
-    ClusterConfig (tests/unit/test_profiles.py)."""
+    ClusterConfig (tests/unit/config/test_profiles.py)."""
     reach = ({"ray_address": ray_address(cfg)} if cfg.ray_mode == "client"
              else {"ray_job": RayJobConfig(address=ray_address(cfg)), "ray_address": None})
     synthesis = cfg.synthesis.model_copy(update=reach)

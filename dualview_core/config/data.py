@@ -25,9 +25,9 @@ class ValidationConfig(ConfigModel):
     batch_rows: int = Field(
         2_048,
         gt=0,
-        description="Rows per streamed batch; a batch is held as Python objects while it is checked. "
-        "Synthesis of 100k realistic rows (~6.6k characters of passages each) peaks at 475 MB with 2,048 "
-        "and 697 MB with 8,192, in the same time.",
+        description="Rows per streamed batch; a batch is held as Python objects while it is checked, so "
+        "a larger one raises a synthesis driver's peak memory without making the run faster "
+        "(benchmarks/README.md, synthesis_scale.py).",
     )
 
 

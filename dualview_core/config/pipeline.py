@@ -28,9 +28,10 @@ def _bundled_eval_set() -> DataSource:
 
 
 def _demo_training() -> TrainingConfig:
-    # Small enough for 2 CPU cores in about two minutes (a step is ~12 s; the loss is near 0 by step
-    # 10 on the sample); the paper's values stay the defaults of TrainingConfig itself (τ, K,
-    # template). all-dv: the instruct rows plus their dual views.
+    # Small enough for a demo on 2 CPU cores: short texts, small batches, and only the steps the
+    # bundled sample needs for its loss to approach 0 (benchmarks/README.md has the step time). The
+    # paper's values stay the defaults of TrainingConfig itself (τ, K, template). all-dv: the
+    # instruct rows plus their dual views.
     return TrainingConfig(mixture=MixtureConfig(name="all-dv"), max_length=128, batch_size=8, max_steps=12,
                           learning_rate=5e-5, eval_every=6)
 

@@ -64,8 +64,8 @@ class VLLMEngineConfig(ConfigModel):
     replicas: int = Field(1, ge=1, description="Engine replicas (data parallel). Each takes tensor_parallel_size GPUs.")
     batch_size: int = Field(
         8, gt=0, description="Rows per engine batch. Small, so that one long answer holds up few others: a batch "
-        "goes back to Ray Data only when its last row is done. (On 2 CPU cores 8 x 2 and 4 x 4 answer at the same "
-        "rate: 2.00 and 1.92 rows/s in steady state, benchmarks/synthesis_overhead.py.)",
+        "goes back to Ray Data only when its last row is done. On CPU, batches of 8 with 2 in flight answer as "
+        "fast as 4 with 4 (benchmarks/README.md, synthesis_overhead.py).",
     )
     max_concurrent_batches: int = Field(
         2, gt=0, description="Batches in flight per replica. batch_size x this is what the engine can decode at "

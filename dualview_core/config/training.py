@@ -95,7 +95,8 @@ class TrainingConfig(ConfigModel):
         "re-encodes this many texts at a time with their graphs. Peak memory follows the chunk, not "
         "batch x (1 + K); the gradients are the uncached step's; it costs one extra forward pass. "
         "0: off (every text's graph kept until the backward pass, chunks of encode_chunk). 8 keeps a "
-        "MiniLM step at 512 tokens near 3 GiB on CPU; on a GPU a larger chunk (e.g. 64) is faster.",
+        "MiniLM step at 512 tokens near 3 GiB on CPU by the preflight's estimate (dualview_core/training/"
+        "memory.py); on a GPU a larger chunk (e.g. 64) is faster: fewer, fuller encoder calls.",
     )
     grad_accumulation: int = Field(
         1, gt=0, description="Micro-batches per optimizer step. Raises the effective batch without "

@@ -49,8 +49,8 @@ class KeyIndex:
 
 def build_index(columns: Iterable[pa.Table], max_error_runs: int) -> KeyIndex:
     """The index of record tables holding at least `cache_key` and `rejection`, given in shard order.
-    Sorted in NumPy, on fixed-width keys: Arrow's hash aggregation took ~400 MB on the way for a
-    million keys, this ~150."""
+    Sorted in NumPy, on fixed-width keys: Arrow's hash aggregation needs well over twice the memory
+    on the way (benchmarks/README.md, synthesis_scale.py)."""
     tables = [t.select(["cache_key", "rejection"]) for t in columns if t.num_rows]
     if not tables:
         return KeyIndex(np.array([], dtype="S1"), np.array([], dtype=np.int64))

@@ -59,10 +59,10 @@ def project_env() -> dict[str, str]:
         "XDG_CONFIG_HOME": str(cache / "xdg" / "config"),
         "XDG_DATA_HOME": str(cache / "xdg" / "data"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
-        # the demo's temporary server migrates a fresh database first: on 2 cores that takes longer
-        # than Prefect's default 20 s, and `make demo` on a fresh clone timed out
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",  # no newsletter pop-up over the run form
+        "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",  # no newsletter pop-up over the run form
+        # the demo's temporary server migrates a fresh database before it answers: on a small machine
+        # that can take longer than Prefect's default 20 s, and the demo would fail to start
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
         "RAY_AUTH_MODE": "disabled",
         "RAY_USAGE_STATS_ENABLED": "0",
         "DO_NOT_TRACK": "1",

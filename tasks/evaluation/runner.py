@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.evaluation.scoring import EvalReport, aggregate, evaluate_model
 from dualview_core.method.metrics import CI_HIGH, CI_LOW, metric_key
 from dualview_core.evaluation.stats import Interval
 from dualview_core.data.trec import write_run
+from tasks.progress import Progress
 
 REPORT_FILE = "report.json"
 EVAL_CONTEXT = "eval"  # MLflow dataset-input context
@@ -61,7 +62,7 @@ class MeteredEncoder:
     the caller's order.
     """
 
-    def __init__(self, encoder, progress: Callable[[str], None], label: str = "evaluate", block: int = 1024,
+    def __init__(self, encoder, progress: Progress, label: str = "evaluate", block: int = 1024,
                  min_texts: int = 256):
         self.encoder, self.progress, self.label, self.block, self.min_texts = encoder, progress, label, block, min_texts
 
@@ -92,7 +93,7 @@ class MeteredEncoder:
 
 def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None = None, out_dir: str | None = None,
                   benchmark: str | None = None, storage_options: dict | None = None,
-                  progress: Callable[[str], None] | None = None, label: str = "evaluate") -> EvalReport:
+                  progress: Progress | None = None, label: str = "evaluate") -> EvalReport:
     """The whole evaluation of one model on one eval set, as a pipeline stage calls it. With
     `progress`, long encodings report texts/s and an ETA there."""
     from dualview_core.model import load_model

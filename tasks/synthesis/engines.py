@@ -51,9 +51,9 @@ if TYPE_CHECKING:
 HELPER_CPUS = 0.1
 OPENAI_BATCHES_IN_FLIGHT = 4  # batches an openai actor works on at once; its gate keeps `concurrency` requests in flight
 # An openai batch (a staged row group, one Ray Data block) is this many waves of `concurrency` requests.
-# Every block costs Ray a read task, a stage call and the driver's scheduling: at one wave a block the
-# pipeline spent 1.3 ms of CPU a row at concurrency 64 (a bare aiohttp loop 0.3, client and server), at
-# four 0.9, and its steady rate went from 1,060 to 1,270 rows/s (the server's limit: 1,280).
+# Every block costs Ray a read task, a stage call and the driver's scheduling, whatever its size: more
+# waves a block spread that cost over more rows, so the pipeline's CPU per row nears a bare aiohttp
+# loop's and its steady rate nears the server's limit (benchmarks/README.md, synthesis_overhead.py).
 OPENAI_WAVES = 4
 # Non-secret variables the engine's Ray workers need; secrets stay in the workers' own environment.
 PASSTHROUGH_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")

@@ -2,8 +2,9 @@
 
 vLLM's CPU build wants a plain Hugging Face folder in float32. transformers can read the GGUF (with
 dequantisation) but refuses to `save_pretrained` a GGUF-loaded model, so the weights are copied into
-a fresh model built from the same config, then saved. Done once per cache folder (~40 s), published
-atomically, so concurrent callers never see half a folder.
+a fresh model built from the same config, then saved. Done once per cache folder (it takes a while:
+dequantising and saving the whole model), published atomically, so concurrent callers never see half
+a folder.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
+
+from tasks.progress import Progress
 
 PACKAGED_LLMS = {
     # alias: (package, gguf file inside it, folder name in the cache)
@@ -22,9 +24,9 @@ PACKAGED_LLMS = {
 }
 
 
-def resolve_llm(model: str, cache_dir: str | os.PathLike, progress: Callable[[str], None] = lambda line: None) -> str:
+def resolve_llm(model: str, cache_dir: str | os.PathLike, progress: Progress = lambda line: None) -> str:
     """A servable folder for a packaged alias; any other name (hub id, folder) unchanged. The first
-    call converts the packaged GGUF (a few seconds; said on `progress`), later calls reuse it."""
+    call converts the packaged GGUF (said on `progress`), later calls reuse it."""
     if model not in PACKAGED_LLMS:
         return model
     package, gguf, folder = PACKAGED_LLMS[model]

@@ -6,9 +6,10 @@ says or how the answer is parsed.
 
 - Client: aiohttp, one `ClientSession` per actor (per event loop), its `TCPConnector` limited to
   `concurrency` connections, and one semaphore holding exactly `concurrency` requests in flight
-  across every batch on the actor. The client is picked for throughput: on a 50 ms server at
-  concurrency 64, a bare httpx loop spends ~10 ms of CPU per request (~100 requests/s), a bare
-  aiohttp loop ~1 ms (>1,000/s); benchmarks/synthesis_overhead.py measures both.
+  across every batch on the actor. aiohttp rather than httpx, for throughput: the CPU that httpx's
+  client spends per request caps one event loop far below what a server answering 64 requests at a
+  time can take, while aiohttp's keeps up with it (benchmarks/synthesis_overhead.py measures both;
+  the figures are in benchmarks/README.md).
 - Endpoints (`base_urls`, else `base_url`): a row's first attempt goes to endpoint
   crc32(cache_key) mod n, so a re-run asks the same one; each retry moves to the next endpoint, so a
   failing endpoint's rows are answered by the others under the same retry rules.
@@ -110,7 +111,7 @@ class ChatClient:
     async def complete(self, cache_key: str, messages: list[dict]) -> dict:
         """One row's result: answered, or failed with the last error after the retries allowed."""
         self._open()
-        body = orjson.dumps(self._body(messages))  # once for every attempt; orjson: a third of json's time
+        body = orjson.dumps(self._body(messages))  # once for every attempt; orjson: far less CPU than json per body
         start, error, attempts = time.perf_counter(), None, 0
         for attempt in range(1, self.cfg.max_attempts + 1):
             attempts = attempt

@@ -39,6 +39,7 @@ from dualview_core.synthesis.records import cache_key, prompt_too_long, targets
 from tasks.synthesis.judging import Asking, RecordStage, engine_row
 from tasks.synthesis.record_store import WORK, RecordStore
 from tasks.synthesis.staging import StagedFiles, staged_schema
+from tasks.progress import Progress
 
 STAGED, QUARANTINED = "staged", "quarantine"
 PLAN_CPUS = 1.0  # a chunk task validates and renders: CPU-bound, one core
@@ -64,7 +65,7 @@ class FirstPass:
 
 
 def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: Asking, model_path: str | None,
-               run: str, progress: Callable[[str], None]) -> tuple[Plan, FirstPass]:
+               run: str, progress: Progress) -> tuple[Plan, FirstPass]:
     """Pass one: the plan of this run (dualview_core.synthesis.plan.Plan), with the calls not cached staged under
     OUT/.work/staged/ and OUT/quarantine.parquet written; and the job (what later passes over the
     same chunks need)."""

@@ -10,9 +10,9 @@ key and cost columns, and the shard's name. Ray Data gathers blocks into batches
 and hands the rest of a bundle over as a short batch (a dropped duplicate makes a block short):
 those few records come back whole and the driver publishes them in whole shards, so every shard
 but the last has exactly `shelf.rows` rows. (A `repartition(target_num_rows_per_block=…)` before the
-stage does the same, but its tasks take a whole CPU: with the engine's actors holding the rest of a
-node, it waited forever.) An engine that answers in this process (the reference engine) goes
-through the same `Publish`, called here.
+stage would do the same, but its tasks take a whole CPU: with the engine's actors holding the rest of
+a node, they are never scheduled and the run waits forever.) An engine that answers in this process
+(the reference engine) goes through the same `Publish`, called here.
 
 A shard's name comes from its run and keys (RecordStore.write_shard): a task Ray runs again after a
 node died rewrites its shard rather than adding one. The driver holds one summary at a time.

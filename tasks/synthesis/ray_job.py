@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 
 from dualview_core.synthesis import job_spec
 from dualview_core.config import SynthesisConfig
 from tasks.synthesis.record_store import RecordStore
+from tasks.progress import Progress
 
 
 class RayJobFailed(RuntimeError):
@@ -23,7 +23,7 @@ class RayJobFailed(RuntimeError):
 
 
 def run_as_job(seeds: str, seed_options: dict | None, out: str, out_options: dict | None, cfg: SynthesisConfig,
-               progress: Callable[[str], None] = print) -> dict:
+               progress: Progress = print) -> dict:
     from ray.job_submission import JobSubmissionClient
 
     job = cfg.ray_job

@@ -418,7 +418,7 @@ def _coming_lr(engine) -> float:
 
 
 def _announce(cfg: TrainingConfig, kind: str) -> None:
-    """Say what the next minute or two is spent on (on the CLI's stderr and in the flow-run log)."""
+    """Say what the wait before the first step is spent on (on the CLI's stderr and in the flow-run log)."""
     if int(os.environ.get("RANK", "0")):
         return
     extensions = Path(os.environ.get("TORCH_EXTENSIONS_DIR", PROJECT_CACHE / "torch_extensions"))

@@ -9,7 +9,7 @@ import pytest
 from dualview_core import sample
 from dualview_core.training.memory import GIB
 from flows.cli import main
-from tasks.training.trainer import preflight
+from tasks.training import preflight
 
 pytestmark = [pytest.mark.integration]
 
