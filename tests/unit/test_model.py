@@ -75,3 +75,19 @@ def test_each_role_gets_the_prompt_encode_query_and_encode_document_use():
     model.default_prompt_name = "classification"
     assert role_prompt(model, "document") == "c: "
     np.testing.assert_allclose(model.encode_query(TEXTS), model.encode(TEXTS, prompt="query: "), atol=1e-6)
+
+
+def test_a_module_stack_the_project_never_wrote_loads_and_trains_as_saved(tmp_path):
+    """A LayerNorm after pooling (refused by a hand-written loader) is sentence-transformers' to run."""
+    from sentence_transformers import SentenceTransformer
+
+    from dualview_core.model import st_modules
+
+    m = st_modules()
+    base = load_model("minilm")
+    stacked = SentenceTransformer(modules=[base[0], base[1], m.LayerNorm(base[1].get_embedding_dimension())], device="cpu")
+    stacked.save(str(tmp_path / "stacked"))
+    loaded = load_model(str(tmp_path / "stacked"), for_training=True)
+    assert [type(x).__name__ for x in loaded] == ["Transformer", "Pooling", "LayerNorm", "Normalize"]
+    vectors = loaded.encode(TEXTS)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
