@@ -14,6 +14,7 @@ import sys
 
 from dualview_core.config.profiles import ProfileError
 from dualview_core.data.sources import SourceError
+from dualview_core.storage.filesystems import unreachable
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, apply_project_env, data, evaluate, synthesize, train
 
 COMMAND_MODULES = (data, evaluate, synthesize, train)
@@ -34,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (SourceError, ProfileError) as exc:
         print(f"dualview: error: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except Exception as exc:  # an object store that cannot be reached: one line, not botocore's traceback
+        line = unreachable(exc)
+        if line is None:
+            raise
+        print(f"dualview: error: {line}", file=sys.stderr)
         return EXIT_UNUSABLE
     except BrokenPipeError:  # `dualview ... | head`: the reader left; not an error of ours
         sys.stderr.close()

@@ -56,6 +56,10 @@ class EvaluationConfig(ConfigModel):
         1000, ge=0, description="Bootstrap resamples for confidence intervals (0 disables them). "
         "More give steadier interval ends and cost time linearly.",
     )
+    strict: bool = Field(
+        False, description="Refuse an eval set any of whose rows (documents, queries, judgments) were "
+        "quarantined, instead of scoring without them. Off, the dropped rows are counted in the report.",
+    )
     bootstrap_seed: int = Field(0, description="Seed of the bootstrap and the paired test; fixed for reproducible intervals.")
     confidence: float = Field(
         0.95, gt=0, lt=1, description="Two-sided confidence level of the percentile intervals.",

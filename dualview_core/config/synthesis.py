@@ -125,6 +125,10 @@ class OpenAIEngineConfig(ConfigModel):
     timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
     max_attempts: int = Field(4, ge=1, description="Tries per row on timeouts, connection errors, 429 and 5xx.")
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles per attempt, with jitter.")
+    retry_budget_s: float = Field(
+        600.0, gt=0, description="Seconds a row may spend waiting between its tries. A 429/503 asking to come back "
+        "later (Retry-After) is waited for within it; past it the row ends as an engine error, retried next run.",
+    )
     context_length: int | None = Field(
         None, gt=0, description="The served model's context (prompt + answer tokens). With `tokenizer`, a row "
         "whose prompt + max_tokens exceeds it is rejected (prompt_too_long) without a call. None: not checked "

@@ -56,6 +56,29 @@ class EvalLoad:
     def quarantined(self) -> int:
         return sum(len(v) for v in self.rejected.values())
 
+    def dropped(self) -> dict[str, dict]:
+        """table -> {rows, reasons: {reason: count}} of what was quarantined: what the metrics leave out.
+
+            >>> EvalLoad(None, {"qrels_og": []}).dropped()
+            {}
+        """
+        out = {}
+        for table, rows in sorted(self.rejected.items()):
+            if rows:
+                reasons: dict[str, int] = {}
+                for r in rows:
+                    reasons[r.reason.value] = reasons.get(r.reason.value, 0) + 1
+                out[table] = {"rows": len(rows), "reasons": dict(sorted(reasons.items()))}
+        return out
+
+    def refuse_drops(self, path: str) -> None:
+        """Strict evaluation: any quarantined row refuses the eval set, in one line."""
+        if self.quarantined:
+            parts = "; ".join(f"{t}: {d['rows']} ({', '.join(f'{k} {n}' for k, n in d['reasons'].items())})"
+                              for t, d in self.dropped().items())
+            raise SourceError(f"{path}: {self.quarantined} rows would be left out of the metrics ({parts}); "
+                              "fix them, or evaluate without strict")
+
 
 class _Table:
     """Rows of one named table, with quarantine bookkeeping."""
@@ -140,7 +163,12 @@ def load_eval_set(path: str, name: str | None = None, storage_options: dict | No
         if diff is not None:
             b.check_qrel_diff(diff)
     else:
-        b.add_original(queries, {v: read(f"qrels_{v.value}", required=v == View.OG) for v in (View.OG, View.CHANGED, View.REVERSED)})
+        qrels = {v: read(f"qrels_{v.value}", required=v == View.OG) for v in (View.OG, View.CHANGED, View.REVERSED)}
+        if qrels[View.CHANGED] is None and any(f"instruction_{View.CHANGED.value}" in row for _, row in queries.rows[:1]):
+            raise SourceError(f"{path}: a FollowIR folder (its queries carry instruction_changed) without "
+                              "qrels_changed; expected corpus, queries, qrels_og and qrels_changed (.jsonl, .tsv or "
+                              ".parquet): without the changed judgments p-MRR cannot be computed")
+        b.add_original(queries, qrels)
     top = read("top_ranked", required=False)
     if top is not None:
         b.add_top_ranked(top)

@@ -21,7 +21,7 @@ import fsspec
 import pyarrow as pa
 
 from dualview_core.data.chunks import Chunk, RawRow, cut, read_chunk
-from dualview_core.storage.filesystems import SourceError, filesystem
+from dualview_core.storage.filesystems import SourceError, filesystem, unreachable
 
 PARQUET = (".parquet", ".pq")
 JSONL = (".jsonl", ".json", ".ndjson")
@@ -33,7 +33,7 @@ def _files(fs: fsspec.AbstractFileSystem, path: str, label: str) -> tuple[str, l
         exists = fs.exists(path)
         is_dir = exists and fs.isdir(path)
     except (OSError, PermissionError) as exc:
-        raise SourceError(f"{label}: unreadable ({exc})") from exc
+        raise SourceError(f"{label}: {unreachable(exc) or f'unreadable ({exc})'}") from exc
     if not exists:
         raise SourceError(f"{label}: no such file or folder")
     if not is_dir:
@@ -77,7 +77,7 @@ def chunks(path: str, storage_options: dict | None = None, **sizes) -> tuple[fss
     try:
         return fs, cut(fs, kind, files, **sizes)
     except (OSError, pa.ArrowException) as exc:
-        raise SourceError(f"{path}: unreadable ({exc})") from exc
+        raise SourceError(f"{path}: {unreachable(exc) or f'unreadable ({exc})'}") from exc
 
 
 def read_rows(fs: fsspec.AbstractFileSystem, chunk: Chunk, batch_rows: int) -> Iterator[list[RawRow]]:
@@ -85,7 +85,7 @@ def read_rows(fs: fsspec.AbstractFileSystem, chunk: Chunk, batch_rows: int) -> I
     try:
         yield from read_chunk(fs, chunk, batch_rows)
     except (OSError, pa.ArrowException) as exc:
-        raise SourceError(f"{chunk.file}: unreadable ({exc})") from exc
+        raise SourceError(f"{chunk.file}: {unreachable(exc) or f'unreadable ({exc})'}") from exc
 
 
 def iter_raw(path: str, storage_options: dict | None = None, batch_rows: int = 8192) -> Iterator[list[RawRow]]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dualview_core.contracts import Run
+from dualview_core.storage.filesystems import SourceError
 from dualview_core.model import TextEncoder, unit
 
 from dualview_core.method.texts import doc_text, query_text
@@ -53,7 +54,8 @@ def rank_candidates(query_ids: Sequence[str], q_emb: np.ndarray, doc_ids: Sequen
     run: Run = {}
     for row, query_id in enumerate(query_ids):
         if query_id not in candidates:
-            raise ValueError(f"query {query_id!r} has no candidate list; a reranking eval set needs one per query")
+            raise SourceError(f"query {query_id!r} has no candidate documents (top_ranked); a reranking eval set "
+                              "needs a list for every query")
         cand = [d for d in candidates[query_id] if d in position]
         idx = np.fromiter((position[d] for d in cand), dtype=np.int64, count=len(cand))  # (n_cand,)
         scores = d_emb[idx] @ q_emb[row]  # (n_cand,)

@@ -39,6 +39,7 @@ NDCG_5 = "ndcg_cut_5"
 MAP_1000 = "map_cut_1000"
 ROBUSTNESS_10 = "robustness@10"
 CI_LOW, CI_HIGH = "_ci_low", "_ci_high"
+QUARANTINED = "quarantined"  # rows of an eval set left out of its metrics (per table: quarantined/<table>)
 # sections of `dualview score`: which run is scored against which qrels
 OG_RUN, OG_RUN_VS_QRELS_CHANGED, CHANGED_RUN = "og_run", "og_run_vs_qrels_changed", "changed_run"
 SCALE = 100.0  # FollowIR reports p-MRR and Score ×100

@@ -25,6 +25,7 @@ DUAL_VIEWS = "dual_views.parquet"
 REJECTIONS = "rejections.parquet"
 REPORT = "report.md"
 DERIVED_FILES = (DUAL_VIEWS, REJECTIONS, REPORT)  # what a synthesis run rewrites from its records
+MANIFEST = "manifest.json"  # a synthesis output's last completed run, with the facts of each derived file
 
 
 def output_options(out_options: Mapping | None, seed_options: Mapping | None) -> dict:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dualview_core.contracts import QUARANTINE, Rejected, conform
-from dualview_core.storage.filesystems import filesystem
+from dualview_core.storage.filesystems import SourceError, filesystem
 
 
 class TableWriter:
@@ -67,8 +67,18 @@ def read_table(path: str, schema: pa.Schema, storage_options: dict | None = None
     """Read a Parquet file written through a contract, and check it still matches."""
     fs, inner = filesystem(path, storage_options)
     with fs.open(inner, "rb") as f:
-        table = pq.read_table(f)
+        table = read_parquet(f, path)
     return conform(table, schema, what=path)
+
+
+def read_parquet(f, path: str, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet file's table, or one line naming the file when it is cut short or not Parquet at all."""
+    try:
+        return pq.read_table(f, columns=columns)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SourceError(f"{path}: not a readable Parquet file ({first}); it is damaged or was never "
+                          "finished") from None
 
 
 def quarantine_table(rejected: Iterable[Rejected], source: str) -> pa.Table:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import prompts
 from dualview_core.keys import canonical_json, digest
 from dualview_core.method.parsing import Rejection
-from dualview_core.method.prompting import Message, passage_text
+from dualview_core.method.prompting import Message, as_data, passage_text
 
 QUESTIONS = ("satisfies", "violates", "on_topic")
 
@@ -43,7 +43,7 @@ def verify_key(seed_key: str, target_index: int, instruction: str, prompt_versio
 def render(seed: Mapping, target_index: int, instruction: str, template: str) -> list[Message]:
     """Chat messages asking whether N* (passage 1) and P+ (passage 2) split under `instruction`."""
     target = seed["instruction_negatives"][target_index]
-    fields = (f"QUERY: {seed['query'].strip()}\nINSTRUCTION: {instruction.strip()}\n\n"
+    fields = (f"QUERY: {as_data(seed['query'])}\nINSTRUCTION: {as_data(instruction)}\n\n"
               f"PASSAGE 1:\n{passage_text(target)}\n\nPASSAGE 2:\n{passage_text(seed['positives'][0])}")
     return [{"role": "system", "content": template}, {"role": "user", "content": fields}]
 

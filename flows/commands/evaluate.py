@@ -58,8 +58,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     if not Path(resolve_model(args.model)).is_dir():
         raise SourceError(f"{args.model}: no such model folder (a Hugging Face or sentence-transformers folder, or 'minilm')")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise SourceError(f"{args.out}: exists and is not a folder (--out takes a folder for the runs and report.json)")
     cfg = _config(args, batch_size=args.batch_size, max_length=args.max_length, top_k=args.top_k,
-                  search=args.search, query_template=args.query_template, pooling=args.pooling)
+                  search=args.search, query_template=args.query_template, pooling=args.pooling, strict=args.strict)
     if args.mlflow_experiment:  # a server that refuses our credentials: say so before the evaluation, not after
         import mlflow
 
@@ -71,7 +73,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"dualview: error: {exc}", file=sys.stderr)
             return EXIT_UNUSABLE
     start = time.perf_counter()
-    report = evaluate_task(args.model, args.eval_set, cfg, args.out, args.benchmark, storage_options(args))
+    report = evaluate_task(args.model, args.eval_set, cfg, args.out, args.benchmark, storage_options(args),
+                           progress=lambda line: print(line, file=sys.stderr))
     if args.mlflow_experiment:
         _log_to_mlflow(report, cfg, args.mlflow_experiment)
     summary = report.as_dict(with_per_query=False)
@@ -163,6 +166,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--top-k", type=_top_k, default=DEFAULTS.top_k, help="kept per query when ranking the whole corpus ('all': every document)")
     ev.add_argument("--search", choices=["exact", "faiss"], default=DEFAULTS.search)
     ev.add_argument("--query-template", default=DEFAULTS.query_template)
+    ev.add_argument("--strict", action="store_true", help="refuse an eval set any of whose rows were quarantined "
+                    "(default: score without them and count them in the output)")
     ev.add_argument("--mlflow-experiment", help="also log to MLflow (tracking URI from MLFLOW_TRACKING_URI)")
     _stats_flags(ev, DEFAULTS.bootstrap_resamples)
     add_endpoint_flag(ev)

@@ -110,7 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dualview_core.method.negatives import NegativesError
     from dualview_core.training.resume import StateMismatch
     from tasks.training.preflight import MemoryShortfall
-    from tasks.training.output import OutputExists
+    from tasks.training.output import OutputExists, OutputUnwritable
     from tasks.training.worker import run
 
     started = time.perf_counter()
@@ -120,7 +120,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             result = run(cfg, args.seeds, args.dual_views, args.out, processes=processes_from_args(args),
                          storage_options=storage_options(args), callback=progress_printer(),
                          mixture_cache=args.mixture_cache)
-    except (ValidationError, MixtureError, NegativesError, OutputExists, StateMismatch, MemoryShortfall) as exc:
+    except (ValidationError, MixtureError, NegativesError, OutputExists, OutputUnwritable, StateMismatch,
+            MemoryShortfall) as exc:
         print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE
     print_json(summary(result, started))

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.evaluation.scoring import EvalReport, aggregate, evaluate_model
-from dualview_core.method.metrics import CI_HIGH, CI_LOW, metric_key
+from dualview_core.method.metrics import CI_HIGH, CI_LOW, QUARANTINED, metric_key
 from dualview_core.evaluation.stats import Interval
 from dualview_core.data.trec import write_run
 from tasks.progress import Progress
@@ -101,13 +101,18 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
 
     cfg = cfg or EvaluationConfig()
     load = load_eval_set(eval_set_path, storage_options=storage_options)
+    if cfg.strict:
+        load.refuse_drops(eval_set_path)
+    elif load.quarantined and progress is not None:
+        progress(f"{label}: {load.quarantined} rows of {load.eval_set.name} quarantined and left out of the "
+                 f"metrics: {load.dropped()} (strict refuses such an eval set)")
     encoder = load_model(model, pooling=cfg.pooling, max_length=cfg.max_length)
     if progress is not None:
         progress(f"{label}: {model} on {load.eval_set.name} ({load.eval_set.corpus.num_rows} docs, "
                  f"{load.eval_set.queries.num_rows} query rows)")
         encoder = MeteredEncoder(encoder, progress, label)
     report = evaluate_model(encoder, load.eval_set, cfg, benchmark)
-    report.details.update(source=eval_set_path, quarantined=load.quarantined)
+    report.details.update(source=eval_set_path, quarantined=load.quarantined, dropped=load.dropped())
     if out_dir:
         write_outputs(report, out_dir, {"model": model, "config": cfg.model_dump()}, storage_options)
     return report
@@ -128,6 +133,10 @@ def metric_values(reports: Sequence[EvalReport], cfg: EvaluationConfig) -> dict[
     for report in reports:
         for metric, interval in report.summary.items():
             put(report.benchmark, report.subset, metric, interval)
+        if "quarantined" in report.details:  # rows the metrics left out: 0 says none were
+            out[metric_key(report.benchmark, report.subset, QUARANTINED)] = float(report.details["quarantined"])
+            for table, dropped in report.details.get("dropped", {}).items():
+                out[metric_key(report.benchmark, report.subset, f"{QUARANTINED}/{table}")] = float(dropped["rows"])
     for benchmark in sorted({r.benchmark for r in reports}):
         for metric, interval in aggregate([r for r in reports if r.benchmark == benchmark], cfg).items():
             put(benchmark, None, metric, interval)

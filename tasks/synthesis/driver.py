@@ -28,6 +28,7 @@ import pyarrow as pa
 from dualview_core.synthesis.cache_index import seed_diff, unique_seeds
 from dualview_core.config import SynthesisConfig
 from dualview_core.keys import canonical_json, content_digest, digest
+from dualview_core.storage.integrity import damage, facts
 from dualview_core.storage.layout import DERIVED_FILES, output_options
 from dualview_core.synthesis.plan import Plan
 from dualview_core.method.prompting import default_template, prompt_version
@@ -52,6 +53,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
     out_options = output_options(out_storage_options, storage_options)
     store = RecordStore(out, out_options)
     with store.lock():
+        store.clear_leftovers()
         start = time.perf_counter()
         source = source_fingerprint(seeds_path, storage_options)  # before reading: a later edit is a change
         template = default_template()
@@ -78,11 +80,14 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
             previous = manifest.get("summary", {})
             if (not sent and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
-                    and _derived_exist(store)):
-                derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report")} | {"verify_retry": 0}
+                    and _derived_intact(store, previous)):
+                derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report", "outputs")
+                           if k in previous} | {"verify_retry": 0}
                 progress(UNCHANGED)
             else:
+                _say_damage(store, previous, progress)
                 derived = _derive(job, chosen, store, ask, costs, progress)
+                derived["outputs"] = _published(store)
                 if cfg.verify:  # its pass may have published verdict shards
                     outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
         finally:
@@ -111,7 +116,7 @@ def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: Asking, previous: di
     return (_verdicts_final(cfg, previous) and previous.get("source_fingerprint") == source and "seed_fingerprint" in previous
             and not previous.get("outcomes", {}).get("by_reason", {}).get("engine_error")
             and previous.get("outputs_fingerprint") == _outputs_fingerprint(store, cfg, ask, previous["seed_fingerprint"])
-            and _derived_exist(store))
+            and _derived_intact(store, previous))
 
 
 def _verdicts_final(cfg: SynthesisConfig, previous: dict) -> bool:
@@ -202,8 +207,25 @@ def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: Asking, 
     return digest(canonical_json(parts))
 
 
-def _derived_exist(store: RecordStore) -> bool:
-    return all(store.fs.exists(f"{store.root}/{name}") for name in DERIVED_FILES)
+def _derived_intact(store: RecordStore, previous: dict) -> bool:
+    """Whether every derived file is there as the last run published it (size, rows). A damaged or
+    missing one is said on `progress` by the caller's rebuild; the records hold all it needs."""
+    published = previous.get("outputs", {})
+    return all(name in published and damage(store.fs, f"{store.root}/{name}", published[name]) is None
+               for name in DERIVED_FILES)
+
+
+def _say_damage(store: RecordStore, previous: dict, progress: Progress) -> None:
+    """Name each derived file found damaged or missing before it is rebuilt from the records."""
+    for name, recorded in previous.get("outputs", {}).items():
+        problem = damage(store.fs, f"{store.root}/{name}", recorded)
+        if problem:
+            progress(f"synthesis: {store.out}/{name} is damaged ({problem}); rebuilding it from the records, no calls")
+
+
+def _published(store: RecordStore) -> dict:
+    """The facts (rows, bytes, digest) of every derived file, for the manifest."""
+    return {name: facts(store.fs, f"{store.root}/{name}") for name in DERIVED_FILES}
 
 
 def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, progress: Progress) -> dict:

@@ -40,6 +40,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from dualview_core.config.base import redact
 from dualview_core.config import (OpenAIEngineConfig, PluginEngineConfig, SamplingConfig, SynthesisConfig,
                                   VLLMEngineConfig)
 from dualview_core.contracts import ENGINE_RESULT
@@ -100,7 +101,7 @@ def result_row(row: dict) -> dict:
         "completion_tokens": None if error else row.get("completion_tokens"),
         "latency_s": row.get("latency_s") if isinstance(row.get("latency_s"), (int, float)) and row["latency_s"] >= 0 else None,
         "attempts": row.get("attempts") or 1,
-        "error": str(error)[:500] if error else None,
+        "error": redact(str(error))[:500] if error else None,  # an engine's words may quote credentials
     }
     return {name: out[name] for name in ENGINE_RESULT.names}  # contracts.ENGINE_RESULT owns the columns
 

@@ -15,7 +15,9 @@ says or how the answer is parsed.
   failing endpoint's rows are answered by the others under the same retry rules.
   With 2 endpoints, attempts of a key whose crc32 is odd go to 1, 0, 1, 0, ...
 - Retries, with exponential backoff and jitter, on timeouts, connection errors, 408/409/429 and 5xx;
-  other 4xx answers are final. A transport failure is recorded under a stable name (ReadTimeout,
+  other 4xx answers are final. A 429 or 503 that says when to come back (`Retry-After`, in seconds
+  or as an HTTP date) is retried no sooner than that, while the row's `retry_budget_s` lasts; a wait
+  past the budget ends the row with that answer, for the next run to retry. A transport failure is recorded under a stable name (ReadTimeout,
   ConnectTimeout, ConnectError, else the exception's type), an answer as `HTTP <status>`.
 - Timeout: `timeout_s` bounds each request as a whole (connect, send, wait, read).
 - Prefill: sent as a final assistant message with vLLM's `continue_final_message` and `echo`: a
@@ -24,12 +26,14 @@ says or how the answer is parsed.
   so text outside a restated answer block stays outside it).
 - The API key is read from the environment variable the config names, sent only in the
   Authorization header, and never put in errors, logs or outputs: exceptions are recorded by type
-  name alone and re-raised `from None`, so no request object (which carries the headers) rides along.
+  name alone and re-raised `from None`, so no request object (which carries the headers) rides along,
+  and an answer's body is kept only with the key and anything credential-shaped redacted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import os
 import random
 import time
@@ -40,6 +44,7 @@ import orjson
 import pyarrow as pa
 
 from dualview_core.config import OpenAIEngineConfig, SamplingConfig
+from dualview_core.config.base import redact
 from dualview_core.contracts import ENGINE_RESULT
 from dualview_core.method.prompting import with_prefill
 
@@ -49,7 +54,28 @@ ERROR_BODY_CHARS = 200  # of a final 4xx answer's body, kept in the error (it sa
 
 
 class RetryableError(Exception):
-    pass
+    def __init__(self, message: str, after_s: float | None = None):
+        super().__init__(message)
+        self.after_s = after_s  # the server's Retry-After, in seconds from now
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: delay-seconds or an HTTP date; None if absent or unreadable.
+
+        >>> retry_after("3"), retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0), retry_after("soon")
+        (3.0, 10.0, None)
+    """
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def endpoint_index(cache_key: str, attempt: int, endpoints: int) -> int:
@@ -74,6 +100,7 @@ class ChatClient:
         self.cfg, self.sampling = cfg, sampling
         key = os.environ.get(cfg.api_key_env)
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._secrets = (key,) if key else ()
         self._urls = [f"{root}/chat/completions" for root in cfg.endpoints()]
         self._session: aiohttp.ClientSession | None = None
         self._gate: asyncio.Semaphore | None = None
@@ -101,9 +128,11 @@ class ChatClient:
         try:
             async with self._session.post(url, data=body, headers=JSON) as response:
                 if response.status in RETRYABLE_STATUS:
-                    raise RetryableError(f"HTTP {response.status}")
+                    after = retry_after(response.headers.get("Retry-After")) if response.status in (429, 503) else None
+                    raise RetryableError(f"HTTP {response.status}", after)
                 if response.status >= 400:
-                    raise RuntimeError(f"HTTP {response.status}: {(await response.text())[:ERROR_BODY_CHARS]}")
+                    body = redact((await response.text())[:ERROR_BODY_CHARS], self._secrets)
+                    raise RuntimeError(f"HTTP {response.status}: {body}")
                 return orjson.loads(await response.read())  # whatever the content type says
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RetryableError(transport_error(exc)) from None
@@ -125,8 +154,15 @@ class ChatClient:
                         "latency_s": time.perf_counter() - start, "attempts": attempt, "error": None}
             except RetryableError as exc:
                 error = str(exc)
-                if attempt < self.cfg.max_attempts:
-                    await asyncio.sleep(self.cfg.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4))
+                if attempt == self.cfg.max_attempts:
+                    break
+                wait = self.cfg.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4)
+                if exc.after_s is not None:  # the server said when: never sooner
+                    wait = max(wait, exc.after_s)
+                if time.perf_counter() - start + wait > self.cfg.retry_budget_s:
+                    error += f" (the server asks to wait {wait:.0f} s, past the row's retry budget)"
+                    break
+                await asyncio.sleep(wait)
             except (RuntimeError, KeyError, IndexError, TypeError, ValueError) as exc:  # a final answer (orjson's error is a ValueError)
                 error = f"{type(exc).__name__}: {exc}"
                 break

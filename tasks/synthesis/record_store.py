@@ -28,7 +28,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import posixpath
+import socket
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -36,13 +39,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dualview_core.synthesis.cache_index import SEED_MAP, KeyIndex, build_index
 from dualview_core.contracts import SYNTHESIS_RECORD, conform, upgrade_synthesis_record
-from dualview_core.storage.tables import read_table, write_table
+from dualview_core.storage.tables import read_parquet, read_table, write_table
 from dualview_core.keys import canonical_json, digest
-from dualview_core.storage.filesystems import filesystem
+from dualview_core.storage.filesystems import SourceError, filesystem
+from dualview_core.storage.layout import MANIFEST
 
 
 RECORDS, VERIFICATIONS, WORK, SEED_MAP_FILE = "records", "verifications", ".work", "seed_map.parquet"
@@ -91,13 +94,21 @@ class ShardIndex:
         return table
 
 
+class OutputBusy(SourceError):
+    """Another synthesis run holds the output folder."""
+
+
 class RecordStore:
     def __init__(self, out: str, storage_options: dict | None = None):
         self.out = out.rstrip("/")
         self.options = storage_options or {}
         self.fs, self.root = filesystem(self.out, self.options)
-        for folder in (RECORDS, VERIFICATIONS):
-            self.fs.makedirs(posixpath.join(self.root, folder), exist_ok=True)
+        try:
+            for folder in (RECORDS, VERIFICATIONS):
+                self.fs.makedirs(posixpath.join(self.root, folder), exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            why = exc.strerror or "a file is in the way"
+            raise SourceError(f"{self.out}: cannot be a synthesis output folder: {why} ({exc.filename or self.out})") from None
 
     def path(self, name: str) -> str:
         return f"{self.out}/{name}"
@@ -108,9 +119,10 @@ class RecordStore:
 
     def read_shard(self, shard: str, columns: list[str] | None = None) -> pa.Table:
         with self.fs.open(shard, "rb") as f:
-            if columns:
-                return pq.read_table(f, columns=columns)
-            return conform(upgrade_synthesis_record(pq.read_table(f)), SYNTHESIS_RECORD, what=shard)
+            table = read_parquet(f, f"record shard {self.fs.unstrip_protocol(shard)}", columns)
+        if columns:
+            return table
+        return conform(upgrade_synthesis_record(table), SYNTHESIS_RECORD, what=shard)
 
     def shard_names(self, folder: str = RECORDS) -> list[str]:
         return [posixpath.basename(s) for s in self._shards(folder)]
@@ -174,14 +186,30 @@ class RecordStore:
         if self.fs.exists(path):
             self.fs.rm(path, recursive=True)
 
+    def clear_leftovers(self) -> None:
+        """Remove every file a write left half-done (`.*.tmp`: renamed into place only when complete),
+        which a killed run leaves behind; called by the next run once it holds the folder."""
+        for folder in ("", RECORDS, VERIFICATIONS):
+            for tmp in self.fs.glob(posixpath.join(self.root, folder, ".*.tmp")):
+                self.fs.rm(tmp)
+
     def manifest(self) -> dict:
-        path = posixpath.join(self.root, "manifest.json")
-        return json.loads(self.fs.cat_file(path)) if self.fs.exists(path) else {}
+        path = posixpath.join(self.root, MANIFEST)
+        if not self.fs.exists(path):
+            return {}
+        try:
+            manifest = json.loads(self.fs.cat_file(path))
+        except ValueError:
+            manifest = None
+        if not isinstance(manifest, dict):
+            raise SourceError(f"{self.path(MANIFEST)}: not a synthesis manifest (unreadable JSON); remove it and run "
+                              "again: the records are kept and nothing is asked again")
+        return manifest
 
     def write_manifest(self, manifest: dict) -> None:
         tmp = posixpath.join(self.root, f".manifest.{uuid.uuid4().hex}.tmp")
         self.fs.pipe_file(tmp, json.dumps(manifest, indent=2, sort_keys=True).encode())
-        self.fs.mv(tmp, posixpath.join(self.root, "manifest.json"))
+        self.fs.mv(tmp, posixpath.join(self.root, MANIFEST))
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
@@ -189,9 +217,16 @@ class RecordStore:
         if not self.local:
             yield
             return
-        with open(Path(self.root) / ".lock", "w") as handle:
+        with open(Path(self.root) / ".lock", "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise RuntimeError(f"{self.out} is being written by another synthesis run") from None
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                raise OutputBusy(f"{self.out} is being written by another synthesis run ({holder}); wait for it "
+                                 "or stop it") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+            handle.flush()
             yield

@@ -13,11 +13,14 @@ renamed, or staged and uploaded with dualview.json last. It does not know the tr
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from dualview_core.config import TrainingConfig
@@ -29,6 +32,62 @@ METADATA = "dualview.json"  # how a checkpoint was trained (config, data digest)
 
 class OutputExists(FileExistsError):
     """The checkpoint destination is taken; training does not overwrite."""
+
+
+class OutputUnwritable(OSError):
+    """The checkpoint cannot be written where asked: no permission, a file in the way, or no room."""
+
+
+# What a run writes next to `out`, in multiples of the model's fp32 weights: the checkpoint itself,
+# and while it trains with save_every, a state of weights plus AdamW's two moments
+CHECKPOINT_COPIES, STATE_COPIES = 1, 3
+
+
+def needed_bytes(params: int | None, save_every: int) -> int | None:
+    """Bytes the output's disk must have: the checkpoint, and the resumable state when one is saved.
+
+        >>> needed_bytes(100_000_000, 0), needed_bytes(100_000_000, 500)
+        (400000000, 1600000000)
+    """
+    if params is None:
+        return None
+    return 4 * params * (CHECKPOINT_COPIES + (STATE_COPIES if save_every else 0))
+
+
+def check_writable(out: str, needed: int | None, storage_options: dict | None = None) -> None:
+    """Before the first step: `out` can be created and written, and (local disks) holds `needed` bytes.
+    A remote store is asked to take and delete a small marker object."""
+    if is_remote(out):
+        fs, inner = filesystem(out, storage_options)
+        marker = f"{inner.rstrip('/')}.write-check-{uuid.uuid4().hex}"
+        try:
+            fs.pipe_file(marker, b"")
+            fs.rm(marker)
+        except OSError as exc:
+            raise OutputUnwritable(f"{out}: cannot write there ({type(exc).__name__}: {exc})") from None
+        return
+    parent = Path(out).resolve().parent
+    existing = next((p for p in (parent, *parent.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        raise OutputUnwritable(f"{out}: {existing} is a file, not a folder; choose another output folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputUnwritable(f"{out}: no permission to write in {existing}; choose another output folder")
+    free = shutil.disk_usage(existing).free
+    if needed is not None and free < needed:
+        raise OutputUnwritable(f"{out}: the disk is full for this run: {free / 2**30:.1f} GiB free on {existing}, "
+                               f"the checkpoint and its resumable state need {needed / 2**30:.1f} GiB")
+
+
+@contextlib.contextmanager
+def naming_a_full_disk(where: str) -> Iterator[None]:
+    """An ENOSPC while writing becomes an error that says the disk is full, and where."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise OutputUnwritable(f"{where}: the disk is full (no space left on device); free room or "
+                                   "choose an output on another disk, then run again to resume") from None
+        raise
 
 
 def check_destination(out: str, storage_options: dict | None = None, fingerprint: str | None = None) -> dict | None:
@@ -144,11 +203,12 @@ def save_checkpoint(engine, cfg: TrainingConfig, out: str, storage_options: dict
                 module.config.dtype = torch.float32
         remote = is_remote(out)
         stage = Path(tempfile.mkdtemp()) if remote else Path(f"{out.rstrip('/')}.{uuid.uuid4().hex}.tmp")
-        model.save(str(stage), create_model_card=False)
-        (stage / METADATA).write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        if remote:
-            publish(stage, out, storage_options)
-            shutil.rmtree(stage)
-        else:
-            os.replace(stage, out)  # an empty `out` folder is replaced
+        with naming_a_full_disk(str(stage.parent)):
+            model.save(str(stage), create_model_card=False)
+            (stage / METADATA).write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            if remote:
+                publish(stage, out, storage_options)
+                shutil.rmtree(stage)
+            else:
+                os.replace(stage, out)  # an empty `out` folder is replaced
     dist.barrier()

@@ -25,6 +25,7 @@ runs in the same process reuse it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import time
@@ -42,7 +43,7 @@ from dualview_core.training.resume import Progress, check_resumable, resume_posi
 from dualview_core.training.separation import pairs_of, separation
 from dualview_core.method.training_rows import rank_batches, total_steps
 from tasks.progress import duration
-from tasks.training.output import check_destination, save_checkpoint
+from tasks.training.output import check_destination, naming_a_full_disk, save_checkpoint
 
 LOSS, LR, SAMPLES_PER_S, TOKENS_PER_S = "train/loss", "train/lr", "train/samples_per_s", "train/tokens_per_s"
 SEPARATION = "train/instruction_separation"
@@ -396,7 +397,8 @@ def _train(cfg: TrainingConfig, mixture: Mixture | StoredMixture, out: str, widt
                 callback(step, metrics)
 
     def saved(step: int) -> None:
-        save_state(engine, location, Progress(step, tag_for(step), fingerprint, world, mixture.digest), storage_options)
+        with naming_a_full_disk(location):
+            save_state(engine, location, Progress(step, tag_for(step), fingerprint, world, mixture.digest), storage_options)
 
     start = time.perf_counter()
     _run_steps(engine, model, mixture, cfg, steps, width, emit, done=done, saved=saved)
@@ -439,5 +441,36 @@ def _load(cfg: TrainingConfig, steps: int, world: int):
     _announce(cfg, kind)
     torch.manual_seed(cfg.seed)
     model = training_model(cfg, device)
-    return _engine(cfg, _bi_encoder(model), steps, world, kind), model
+    with op_build_lock(lambda line: print(line, flush=True)):  # deepspeed.initialize compiles ops on first use
+        return _engine(cfg, _bi_encoder(model), steps, world, kind), model
+
+
+BUILD_LOCK = ".dualview-op-build.lock"
+
+
+@contextlib.contextmanager
+def op_build_lock(say: Callable[[str], None], root: Path | None = None) -> Iterator[None]:
+    """Hold the project's lock on DeepSpeed's op builds (under TORCH_EXTENSIONS_DIR) while an engine
+    starts. torch marks a build in progress with a `lock` file that a killed build leaves behind,
+    and every later build then waits on it forever. The project's own lock is an OS lock, released
+    when its holder dies: whoever holds it knows no build of the project's is running, so a `lock`
+    file found then is stale and is removed; a live holder is waited for, and said so."""
+    root = root or Path(os.environ.get("TORCH_EXTENSIONS_DIR", PROJECT_CACHE / "torch_extensions"))
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / BUILD_LOCK, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            say(f"train: waiting for {holder}, which is compiling DeepSpeed's ops in {root}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        for stale in sorted(root.glob("*/lock")):
+            stale.unlink(missing_ok=True)
+            say(f"train: removed {stale}, left by an op build that was killed")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}")
+        handle.flush()
+        yield
 

@@ -39,6 +39,7 @@ from collections.abc import Iterator
 
 from dualview_core.config import MixtureConfig, TrainingConfig, ValidationConfig
 from dualview_core.contracts import DUAL_VIEW_ROW
+from dualview_core.storage.integrity import check_published
 from dualview_core.storage.tables import read_table
 from dualview_core.keys import canonical_json, digest
 from dualview_core.training.mixture_store import FORMAT, META, StoredMixture, build_store, open_store
@@ -48,8 +49,8 @@ from dualview_core.training.resume import run_fingerprint
 from dualview_core.data.sources import SourceError
 from dualview_core.storage.filesystems import filesystem
 from dualview_core.method.training_rows import total_steps
-from tasks.training.preflight import check_memory
-from tasks.training.output import check_destination
+from tasks.training.preflight import check_memory, model_shape
+from tasks.training.output import check_destination, check_writable, needed_bytes
 from tasks.training.trainer import PROJECT_CACHE, Callback, TrainResult, free_port, published_result, train
 
 MIXTURE_CACHE = PROJECT_CACHE / "mixtures"
@@ -66,6 +67,7 @@ def _dual_view_files(path: str, storage_options: dict | None = None) -> list[str
 def dual_view_batches(path: str, storage_options: dict | None = None) -> Iterator:
     """DUAL_VIEW_ROW tables, one file or shard at a time."""
     for file in _dual_view_files(path, storage_options):
+        check_published(file, storage_options)
         yield read_table(file, DUAL_VIEW_ROW, storage_options)
 
 
@@ -130,6 +132,8 @@ def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, pr
     """Build (or find) the mixture and train it, in this process (processes=1) or under the
     launcher. A step that cannot fit in memory is refused (`MemoryShortfall`) before any data is read."""
     check_memory(cfg, world=processes)
+    shape = model_shape(cfg.model)
+    check_writable(out, needed_bytes(shape.params if shape else None, cfg.save_every), storage_options)
     mixture = load_mixture(cfg.mixture, seeds, dual_views, storage_options, mixture_cache)
     if processes == 1:
         return train(cfg, mixture, out, storage_options=storage_options, callback=callback)

@@ -42,3 +42,15 @@ class ReferenceEngine:
             out.append(result_row({"cache_key": row["cache_key"], "raw_response": raw, "prompt_tokens": 0,
                                    "completion_tokens": 0, "latency_s": 0.0, "error": error}))
         yield out
+
+
+class EchoEngine:
+    """A model that repeats its input: the user message (the seed's fields) as its reply, after `prefix`
+    (a prefill such a model would continue). For the guarantee that seed text never becomes an answer."""
+
+    def __init__(self, prefix: str = ""):
+        self.prefix = prefix
+
+    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
+        yield [result_row({"cache_key": row["cache_key"], "raw_response": self.prefix + row["messages"][-1]["content"],
+                           "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "error": None}) for row in rows]

@@ -427,3 +427,72 @@ def test_a_verdict_that_failed_is_asked_again_and_one_given_up_on_leaves_the_run
         assert UNCHANGED in lines and broken.calls == calls
     finally:
         stop_serving(started)
+
+
+class RateLimited(Script):
+    """Refuses with 429 and a Retry-After for `window_s` after its first request, then answers."""
+
+    def __init__(self, window_s: float, header: str):
+        super().__init__([])
+        self.window_s, self.header, self.first = window_s, header, None
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        self.first = self.first or now
+        if now - self.first < self.window_s:
+            await request.read()
+            self.seen.append({"refused": now})
+            return web.json_response({"error": "rate limited"}, status=429, headers={"Retry-After": self.header})
+        return await super()._answer(request)
+
+
+def test_a_rate_limited_run_waits_as_told_and_every_row_is_answered():
+    started: list = []
+    try:
+        script = RateLimited(1.0, "1")
+        url = serve(script.handle, started)
+        t0 = time.monotonic()
+        results = complete(url, rows=6, max_attempts=3)  # backoff 0.01 s: alone it would spend 3 tries in ~0.05 s
+        assert [r["error"] for r in results] == [None] * 6
+        assert {r["attempts"] for r in results} == {2} and time.monotonic() - t0 >= 1.0
+    finally:
+        stop_serving(started)
+
+
+def test_retry_after_as_an_http_date_and_a_wait_past_the_budget():
+    import email.utils
+
+    from tasks.synthesis.openai_client import retry_after
+
+    assert 8.9 < retry_after(email.utils.formatdate(time.time() + 10, usegmt=True)) <= 10.0  # whole seconds
+    started: list = []
+    try:
+        url = serve(RateLimited(60.0, "30").handle, started)
+        t0 = time.monotonic()
+        [result] = complete(url, max_attempts=5, retry_budget_s=2.0)
+        assert time.monotonic() - t0 < 2.0 and result["attempts"] == 1
+        assert result["error"].startswith("HTTP 429") and "retry budget" in result["error"]
+    finally:
+        stop_serving(started)
+
+
+class EchoesCredentials(Script):
+    """Refuses every request with a body that quotes the request's Authorization header back."""
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"error": f"invalid credentials: {request.headers.get('Authorization')}",
+                                  "api_key": request.headers.get("Authorization", "").removeprefix("Bearer ")},
+                                 status=401)
+
+
+def test_an_api_key_a_server_echoes_in_an_error_body_is_redacted(monkeypatch):
+    monkeypatch.setenv("DV_TEST_KEY", "plainsecretvalue42")  # not shaped like a key: only the configured value finds it
+    started: list = []
+    try:
+        url = serve(EchoesCredentials([]).handle, started)
+        [result] = complete(url, api_key_env="DV_TEST_KEY")
+        assert result["error"].startswith("RuntimeError: HTTP 401") and "[redacted]" in result["error"]
+        assert "plainsecretvalue42" not in json.dumps(result)
+    finally:
+        stop_serving(started)

@@ -140,3 +140,21 @@ def test_missing_folder_or_table_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SourceError, match="no corpus table"):
         load_eval_set(str(tmp_path / "empty"))
+
+
+def test_a_followir_folder_without_changed_judgments_is_refused_naming_what_was_expected(tmp_path):
+    folder = followir_original(tmp_path / "core17")
+    (folder / "qrels_changed.tsv").unlink()
+    with pytest.raises(SourceError, match="FollowIR folder .* without qrels_changed; expected corpus, queries, "
+                                          "qrels_og and qrels_changed"):
+        load_eval_set(str(folder))
+
+
+def test_dropped_rows_are_counted_by_table_and_reason_and_strict_refuses_them(tmp_path):
+    folder = followir_original(tmp_path / "core17")
+    write_jsonl(folder / "qrels_og.jsonl", qrel_rows(OG) + [{"query-id": "q1", "corpus-id": "d4", "score": "high"}])
+    load = load_eval_set(str(folder))
+    assert load.dropped() == {"qrels_og": {"rows": 1, "reasons": {"wrong_type": 1}}}
+    with pytest.raises(SourceError, match=r"1 rows would be left out of the metrics \(qrels_og: 1 \(wrong_type 1\)\)"):
+        load.refuse_drops(str(folder))
+    load_eval_set(str(followir_original(tmp_path / "clean"))).refuse_drops("clean")  # nothing dropped: nothing refused

@@ -13,6 +13,7 @@ from dualview_core.config import EvaluationConfig
 from dualview_core.model import load_model, resolve_model
 from dualview_core.method.texts import query_text
 from dualview_core.data.evalsets import load_eval_set
+from dualview_core.storage.filesystems import SourceError
 from dualview_core.evaluation.retrieval import rank_candidates, rank_exact, rank_faiss, retrieve
 from dualview_core.model import unit
 from dualview_core.method.texts import doc_text
@@ -33,7 +34,7 @@ def test_candidates_score_only_the_query_list():
     run = rank_candidates(["qa", "qb"], Q_EMB, DOCS, D_EMB, {"qa": ["d2", "d3"], "qb": ["d1", "d3"]})
     assert run["qa"] == pytest.approx({"d2": 0.0, "d3": 0.6})
     assert run["qb"] == pytest.approx({"d1": 0.0, "d3": 0.8})
-    with pytest.raises(ValueError, match="no candidate list"):
+    with pytest.raises(SourceError, match="no candidate documents"):
         rank_candidates(["qc"], Q_EMB[:1], DOCS, D_EMB, {})
 
 

@@ -54,3 +54,17 @@ def test_version_is_the_hash_of_the_exact_text(edit):
     t = default_template()
     assert prompt_version(t) == prompt_version(str(t)) and len(prompt_version(t)) == 16
     assert prompt_version(t + edit) != prompt_version(t)
+
+
+def test_seed_text_enters_the_prompt_as_data_and_an_echo_of_it_is_never_an_answer():
+    from dualview_core.method.parsing import judge
+    from tests.helpers.factories import PLANTED, hostile_row
+
+    s = SeedValidator().check(RawRow(0, hostile_row("q1")))
+    _, user = render(s, 0, default_template())
+    text = user["content"]
+    assert "<" not in text and ">" not in text
+    assert text.count("&lt;answer&gt;") == 8  # query, instruction, title and text of A, B and the other negative
+    for prefill in ("", "<answer><new_instruction>"):  # a model that repeats its input, with or without a prefill
+        parsed = judge(prefill + text, s["instruction"], s["query"])
+        assert parsed.rejection is not None and parsed.instruction != PLANTED
