@@ -4,7 +4,7 @@ Exit codes: 0 when the command did its job (a seed file whose every row was quar
 counts: it was read); 2 with one line on stderr when the input cannot be used at all (missing
 path, unreadable, unsupported format).
 
-Subcommands live in `flows/commands/`, one module per stage, each with a `register` function.
+Subcommands live in `flows/commands/`, one `<stage>_cli` module per stage, each with a `register` function.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 from dualview_core.config.profiles import ProfileError
 from dualview_core.data.sources import SourceError
 from dualview_core.storage.filesystems import unreachable
-from flows.commands import EXIT_OK, EXIT_UNUSABLE, apply_project_env, data, evaluate, synthesize, train
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, apply_project_env, data_cli, evaluate_cli, synthesize_cli, train_cli
 
-COMMAND_MODULES = (data, evaluate, synthesize, train)
+COMMAND_MODULES = (data_cli, evaluate_cli, synthesize_cli, train_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config.profiles import Profile, SweepOverrides, for_sweep
-from dualview_core.training.sweep import points
+from dualview_core.training.sweep_grid import points
 from tasks.tracking.runs import sweep_lineage
 from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, synthesize_tracked, train_point
 

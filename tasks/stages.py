@@ -17,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from dualview_core.config import DataSource, EvaluationConfig, PipelineConfig, SynthesisConfig, TrainingConfig
 from dualview_core.keys import digest
 from dualview_core.storage.layout import REJECTIONS, dual_views_of, output_options
-from dualview_core.training.sweep import point_training
+from dualview_core.training.sweep_grid import point_training
 from tasks.tracking.runs import RunRef, flow_run_tracked, pipeline_lineage, stage_run
 from tasks.tracking.mlflow_access import flatten, log_datasets, log_dict, log_metrics, mlflow_client, synthesis_metrics
 

@@ -1,4 +1,5 @@
-"""CLI subcommands, one module per stage. Each module exposes `register(subparsers)`.
+"""CLI subcommands, one `<stage>_cli` module per stage (the flows of the same stage sit one level up).
+Each module exposes `register(subparsers)`.
 
 Helpers shared by every command live here: JSON output, exit codes, S3 options from flags.
 """

@@ -158,7 +158,7 @@ def test_ray_address_per_mode():
 
 def test_the_job_entrypoint_is_a_valid_production_synthesis_command():
     from flows.cli import build_parser
-    from flows.commands.synthesize import config_from_args
+    from flows.commands.synthesize_cli import config_from_args
 
     argv = cluster.synthesis_entrypoint("s3://b/seeds/", "s3://b/out/")
     assert argv[0] == "dualview"

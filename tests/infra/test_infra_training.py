@@ -19,7 +19,7 @@ TRAINER = JOB["spec"]["template"]["spec"]["containers"][0]
 
 def job_config():
     from flows.cli import build_parser
-    from flows.commands.train import config_from_args
+    from flows.commands.train_cli import config_from_args
 
     assert TRAINER["command"] == ["dualview"]
     args = build_parser().parse_args(TRAINER["args"])
@@ -51,7 +51,7 @@ def test_the_deepspeed_config_the_ranks_get():
 
 def test_a_drifted_zero_stage_would_be_caught():
     from flows.cli import build_parser
-    from flows.commands.train import config_from_args
+    from flows.commands.train_cli import config_from_args
 
     args = list(TRAINER["args"])
     args[args.index("--zero-stage") + 1] = "3"

@@ -79,7 +79,7 @@ def test_a_ray_client_address_with_local_paths_is_refused_before_anything_starts
 
 def _synthesis(*argv: str):
     from flows.cli import build_parser
-    from flows.commands.synthesize import config_from_args
+    from flows.commands.synthesize_cli import config_from_args
 
     return config_from_args(build_parser().parse_args(["synthesize", "--seeds", "s", "--out", "o", *argv]))
 
@@ -96,7 +96,7 @@ def test_synthesize_starts_from_the_profile_and_flags_override_it():
 
 def test_train_profile_gives_training_and_ranks_and_flags_override_it():
     from flows.cli import build_parser
-    from flows.commands.train import config_from_args, processes_from_args
+    from flows.commands.train_cli import config_from_args, processes_from_args
 
     def parse(*argv):
         args = build_parser().parse_args(["train", "--mixture", "ins-dv", "--seeds", "s", "--out", "o", *argv])

@@ -27,7 +27,7 @@ def test_base_urls_replace_base_url_and_must_be_distinct():
 
 def test_the_command_line_spreads_over_repeated_base_urls():
     from flows.cli import build_parser
-    from flows.commands.synthesize import config_from_args
+    from flows.commands.synthesize_cli import config_from_args
 
     def openai(*flags: str) -> OpenAIEngineConfig:
         args = build_parser().parse_args(["synthesize", "--seeds", "s", "--out", "o", "--engine", "openai", *flags])

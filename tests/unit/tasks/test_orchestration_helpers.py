@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dualview_core.config import OpenAIEngineConfig, PipelineConfig, DataSource, SweepConfig, SynthesisConfig
 from dualview_core.evaluation.stats import Interval
-from dualview_core.training.sweep import points as sweep_points
+from dualview_core.training.sweep_grid import points as sweep_points
 from tasks.stages import synthesis_slot
 from tasks.evaluation.summary import comparison_table, sweep_figure
 from tasks.tracking.mlflow_access import flatten

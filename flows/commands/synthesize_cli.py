@@ -34,7 +34,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     from tasks.synthesis.driver import run_synthesis
 
     stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
-    from flows.commands.train import stdout_to_stderr
+    from flows.commands.train_cli import stdout_to_stderr
 
     if args.spec:  # a submitted Ray job (dualview_core/synthesis/job_spec.py): the whole run in one argument
         seeds, seed_options, out, out_options, cfg = read_spec(args.spec)
