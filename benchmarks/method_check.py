@@ -2,7 +2,7 @@
 when the reversed instructions are known to be correct?
 
 Builds a controlled world (`tests.helpers.world`: seeds and a FollowIR-format eval set on disjoint
-topics), synthesizes its dual views with the reference engine (`engine: reference`, the known
+topics), synthesizes its dual views with the reference engine (`tests/helpers/reference_engine.py`, plugged in as `engine: plugin`; the known
 correct reversal for every N*), and runs the `sweep` flow over Ins-orig, Ins-DV, All-orig and All-DV
 at one budget (the same N instruct rows, the same optimizer steps and batch) and several seeds, all
 tracked in an MLflow SQLite store under .cache/method_check/ with the sweep's figure. It ends by

@@ -69,7 +69,8 @@ def _with_pooling(model: SentenceTransformer, pooling: str) -> SentenceTransform
     Pooling = st_modules().Pooling
     for i, module in enumerate(model):
         if isinstance(module, Pooling):
-            model[i] = Pooling(module.get_embedding_dimension(), pooling, include_prompt=module.include_prompt)
+            dim = getattr(module, "embedding_dimension", None) or module.word_embedding_dimension  # the input's, not the output's
+            model[i] = Pooling(dim, pooling, include_prompt=module.include_prompt)
             return model
     raise ValueError(f"{model}: no Pooling module to replace with {pooling!r}")
 
@@ -104,9 +105,13 @@ def training_model(cfg: TrainingConfig, device: str = "cpu") -> SentenceTransfor
     return load_model(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length, device=device, for_training=True)
 
 
+ROLE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}  # as encode_query/_document look
+
+
 def role_prompt(model: SentenceTransformer, role: str) -> str | None:
     """The prompt `encode_query` (role 'query') or `encode_document` ('document') puts before each text:
-    the folder's prompt of that name, else its default prompt, else none."""
-    if role in model.prompts:
-        return model.prompts[role]
+    the folder's first prompt of the names that method looks for, else its default prompt, else none."""
+    for name in ROLE_PROMPTS[role]:
+        if name in model.prompts:
+            return model.prompts[name]
     return model.prompts.get(model.default_prompt_name) if model.default_prompt_name else None

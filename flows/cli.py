@@ -36,15 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     except (SourceError, ProfileError) as exc:
         print(f"dualview: error: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
+    except BrokenPipeError:  # `dualview ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return EXIT_OK
     except Exception as exc:  # an object store that cannot be reached: one line, not botocore's traceback
         line = unreachable(exc)
         if line is None:
             raise
         print(f"dualview: error: {line}", file=sys.stderr)
         return EXIT_UNUSABLE
-    except BrokenPipeError:  # `dualview ... | head`: the reader left; not an error of ours
-        sys.stderr.close()
-        return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config.profiles import PipelineOverrides, Profile, explicit, resolve
-from tasks.stages import evaluate_tracked, log_headline, pipeline_run, synthesize_tracked, train_tracked
+from tasks.stages import check_eval_set, evaluate_tracked, log_headline, pipeline_run, synthesize_tracked, train_tracked
 from tasks.evaluation.summary import comparison_table
 
 
@@ -22,6 +22,7 @@ def pipeline(profile: Profile = "cpu", config: PipelineOverrides = PipelineOverr
     deployments (profile cluster), filling only `config.seeds.path` runs the paper's job on your seeds."""
     config = resolve(profile, explicit(config))
     layout, options = config.layout(), config.output_options()
+    check_eval_set(config.eval_set, config.evaluation)  # strict: a bad eval set before any cost, not after
     with pipeline_run(config, flow_run.get_name() or "pipeline") as run:
         synthesis = synthesize_tracked(run, config.seeds, layout.synthesis, config.synthesis, options)
         trained = train_tracked(run, config.seeds, layout.dual_views, layout.model(run.run_id),

@@ -17,6 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from dualview_core.config import DataSource, EvaluationConfig, PipelineConfig, SynthesisConfig, TrainingConfig
 from dualview_core.keys import digest
 from dualview_core.storage.layout import REJECTIONS, dual_views_of, output_options
+from dualview_core.storage.filesystems import filesystem, storage_defaults
 from dualview_core.training.sweep_grid import point_training
 from tasks.tracking.runs import RunRef, flow_run_tracked, pipeline_lineage, stage_run
 from tasks.tracking.mlflow_access import flatten, log_datasets, log_dict, log_metrics, mlflow_client, synthesis_metrics
@@ -124,7 +125,7 @@ def _log_text_file(run: RunRef, path: str, storage_options: dict, folder: str) -
 
     import fsspec
 
-    with fsspec.open(path, "r", encoding="utf-8", **dict(storage_options)) as f:
+    with fsspec.open(path, "r", encoding="utf-8", **storage_defaults(path, dict(storage_options))) as f:
         text = f.read()
     mlflow_client(run.tracking_uri).log_text(run.run_id, text, f"{folder}/{posixpath.basename(path)}")
 
@@ -152,6 +153,16 @@ def train_tracked(parent: RunRef, seeds: DataSource, dual_views: str, out: str, 
         parent.set_tags({"dualview.data_digest": result.digest, "dualview.checkpoint": result.checkpoint})
     return {"checkpoint": result.checkpoint, "steps": result.steps, "seconds": result.seconds,
             "composition": result.composition, "digest": result.digest, "history": result.history}
+
+
+@task(name="check eval set", cache_policy=NO_CACHE)
+def check_eval_set(eval_set: DataSource, config: EvaluationConfig) -> None:
+    """With strict evaluation, refuse an eval set with quarantined rows before synthesis and training are
+    paid for (evaluation refuses it again when it runs)."""
+    from dualview_core.data.evalsets import load_eval_set
+
+    if config.strict:
+        load_eval_set(eval_set.path, storage_options=dict(eval_set.storage_options)).refuse_drops(eval_set.path)
 
 
 @task(name="evaluate", task_run_name="evaluate {label}", cache_policy=NO_CACHE)
@@ -203,9 +214,7 @@ def _local_model(model: str, options: dict) -> Iterator[str]:
         return
     import tempfile
 
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(model, **options)
+    fs, root = filesystem(model, options)
     with tempfile.TemporaryDirectory(prefix="dualview-model-") as local:
         fs.get(root.rstrip("/") + "/", local + "/", recursive=True)
         yield local

@@ -126,7 +126,8 @@ class OpenAIEngineConfig(ConfigModel):
     max_attempts: int = Field(4, ge=1, description="Tries per row on timeouts, connection errors, 429 and 5xx.")
     backoff_s: float = Field(1.0, ge=0, description="First retry delay; doubles per attempt, with jitter.")
     retry_budget_s: float = Field(
-        600.0, gt=0, description="Seconds a row may spend waiting between its tries. A 429/503 asking to come back "
+        600.0, gt=0, description="Seconds a row may spend waiting between its tries (queueing and requests do not "
+        "count). A 429/503 asking to come back "
         "later (Retry-After) is waited for within it; past it the row ends as an engine error, retried next run.",
     )
     context_length: int | None = Field(

@@ -28,6 +28,7 @@ import fsspec
 
 from dualview_core.contracts import Qrels, Run
 from dualview_core.data.sources import SourceError
+from dualview_core.storage.filesystems import storage_defaults
 
 BEIR_HEADER = ("query-id", "corpus-id", "score")
 _BAD_ID = re.compile(r"^$|\s")  # empty, or whitespace anywhere: either would shift the columns
@@ -39,7 +40,7 @@ class TrecFormatError(SourceError):
 
 def _lines(path: str, storage_options: dict | None) -> Iterator[tuple[int, list[str]]]:
     try:
-        with fsspec.open(path, "rt", encoding="utf-8", **(storage_options or {})) as f:
+        with fsspec.open(path, "rt", encoding="utf-8", **storage_defaults(path, storage_options)) as f:
             for number, line in enumerate(f, start=1):
                 if line.strip():
                     yield number, line.split()
@@ -132,14 +133,14 @@ def write_run(path: str, run: Run, tag: str = "dualview", storage_options: dict 
     for name in (tag, *run, *(d for docs in run.values() for d in docs)):
         if _BAD_ID.search(name):
             raise ValueError(f"TREC ids and tags cannot be empty or contain whitespace: {name!r}")
-    with fsspec.open(path, "wt", encoding="utf-8", **(storage_options or {})) as f:
+    with fsspec.open(path, "wt", encoding="utf-8", **storage_defaults(path, storage_options)) as f:
         for query_id in sorted(run):
             for rank, (doc_id, score) in enumerate(ranked(run[query_id]), start=1):
                 f.write(format_run_line(query_id, doc_id, rank, float(score), tag) + "\n")
 
 
 def write_qrels(path: str, qrels: Qrels, storage_options: dict | None = None) -> None:
-    with fsspec.open(path, "wt", encoding="utf-8", **(storage_options or {})) as f:
+    with fsspec.open(path, "wt", encoding="utf-8", **storage_defaults(path, storage_options)) as f:
         for query_id in sorted(qrels):
             for doc_id, rel in sorted(qrels[query_id].items()):
                 f.write(f"{query_id} 0 {doc_id} {int(rel)}\n")

@@ -16,6 +16,7 @@ engines or files.
 from __future__ import annotations
 
 import difflib
+import html
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -74,7 +75,8 @@ def parse(raw: str | None) -> Parsed:
         answers = [text]  # the <answer> wrapper was dropped but the inner tag is there
     for answer in reversed(answers):
         inner = _inner(answer)
-        text = clean(_TAG.sub(" ", answer if inner is None else inner))
+        # the prompt shows seed text with & < > escaped (prompting.as_data); a model copying it gets plain text
+        text = clean(html.unescape(_TAG.sub(" ", answer if inner is None else inner)))
         if text.rstrip(".").lower() == "none":  # also "None" inside the tag, as a prefill forces
             return Parsed(None, Rejection.NONE)
         if inner is not None:

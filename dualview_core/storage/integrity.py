@@ -17,7 +17,7 @@ import posixpath
 
 import pyarrow.parquet as pq
 
-from dualview_core.storage.filesystems import SourceError, filesystem
+from dualview_core.storage.filesystems import SourceError, filesystem, is_remote
 from dualview_core.storage.layout import MANIFEST
 
 CHUNK = 1 << 22  # bytes hashed at a time: the digest streams, whatever the file's size
@@ -65,8 +65,8 @@ def damage(fs, path: str, recorded: dict | None, *, full: bool = False) -> str |
 
 def check_published(path: str, storage_options: dict | None = None) -> None:
     """Refuse, with one line naming it, a file whose folder's manifest says it was published otherwise
-    (a synthesis output's dual views or rejections, cut short or replaced since). Files no manifest
-    speaks for pass: there is nothing to hold them to."""
+    (a synthesis output's dual views or rejections, cut short or replaced since): size and rows always,
+    the sha256 too for a local file. Files no manifest speaks for pass: nothing holds them to anything."""
     fs, inner = filesystem(path, storage_options)
     manifest = posixpath.join(posixpath.dirname(inner), MANIFEST)
     if not fs.exists(manifest):
@@ -76,6 +76,6 @@ def check_published(path: str, storage_options: dict | None = None) -> None:
     except ValueError:
         raise SourceError(f"{fs.unstrip_protocol(manifest)}: not a readable manifest (not JSON); run synthesis "
                           "again to rewrite it") from None
-    problem = damage(fs, inner, recorded)
+    problem = damage(fs, inner, recorded, full=not is_remote(path))  # a local file is hashed whole; cheap beside reading it
     if problem:
         raise SourceError(f"{path} is damaged: {problem}; run synthesis on it again to rebuild it from its records")

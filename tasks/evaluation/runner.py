@@ -25,6 +25,7 @@ from dualview_core.evaluation.scoring import EvalReport, aggregate, evaluate_mod
 from dualview_core.method.metrics import CI_HIGH, CI_LOW, QUARANTINED, metric_key
 from dualview_core.evaluation.stats import Interval
 from dualview_core.data.trec import write_run
+from dualview_core.storage.filesystems import filesystem, storage_defaults
 from tasks.progress import Progress
 
 REPORT_FILE = "report.json"
@@ -40,7 +41,7 @@ def write_outputs(report: EvalReport, out_dir: str, extra: Mapping[str, object] 
     """Write one TREC run per view and report.json (with per-query values) into `out_dir` (local or s3://)."""
     import fsspec
 
-    fs, root = fsspec.core.url_to_fs(out_dir, **(storage_options or {}))
+    fs, root = filesystem(out_dir, storage_options)
     fs.makedirs(root, exist_ok=True)
     base = out_dir.rstrip("/")
     files = {}
@@ -48,7 +49,7 @@ def write_outputs(report: EvalReport, out_dir: str, extra: Mapping[str, object] 
         files[view] = f"{base}/{run_file(view)}"
         write_run(files[view], run, tag=f"dualview-{report.subset}", storage_options=storage_options)
     files["report"] = f"{base}/{REPORT_FILE}"
-    with fsspec.open(files["report"], "w", encoding="utf-8", **(storage_options or {})) as f:
+    with fsspec.open(files["report"], "w", encoding="utf-8", **storage_defaults(files["report"], storage_options)) as f:
         f.write(json.dumps({**report.as_dict(), **(extra or {})}, indent=2, ensure_ascii=False))
     return files
 

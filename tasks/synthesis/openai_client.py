@@ -131,7 +131,7 @@ class ChatClient:
                     after = retry_after(response.headers.get("Retry-After")) if response.status in (429, 503) else None
                     raise RetryableError(f"HTTP {response.status}", after)
                 if response.status >= 400:
-                    body = redact((await response.text())[:ERROR_BODY_CHARS], self._secrets)
+                    body = redact(await response.text(), self._secrets)[:ERROR_BODY_CHARS]  # redact, then cut
                     raise RuntimeError(f"HTTP {response.status}: {body}")
                 return orjson.loads(await response.read())  # whatever the content type says
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -141,7 +141,7 @@ class ChatClient:
         """One row's result: answered, or failed with the last error after the retries allowed."""
         self._open()
         body = orjson.dumps(self._body(messages))  # once for every attempt; orjson: far less CPU than json per body
-        start, error, attempts = time.perf_counter(), None, 0
+        start, error, attempts, waited = time.perf_counter(), None, 0, 0.0
         for attempt in range(1, self.cfg.max_attempts + 1):
             attempts = attempt
             url = self._urls[endpoint_index(cache_key, attempt, len(self._urls))]
@@ -159,9 +159,11 @@ class ChatClient:
                 wait = self.cfg.backoff_s * 2 ** (attempt - 1) * (1 + random.random() / 4)
                 if exc.after_s is not None:  # the server said when: never sooner
                     wait = max(wait, exc.after_s)
-                if time.perf_counter() - start + wait > self.cfg.retry_budget_s:
-                    error += f" (the server asks to wait {wait:.0f} s, past the row's retry budget)"
+                if waited + wait > self.cfg.retry_budget_s:  # the budget counts waits, not queueing or requests
+                    error += (f" (the server asks to wait {exc.after_s:.0f} s" if exc.after_s is not None
+                              else f" (the next try would wait {wait:.0f} s") + ", past the row's retry budget)"
                     break
+                waited += wait
                 await asyncio.sleep(wait)
             except (RuntimeError, KeyError, IndexError, TypeError, ValueError) as exc:  # a final answer (orjson's error is a ValueError)
                 error = f"{type(exc).__name__}: {exc}"

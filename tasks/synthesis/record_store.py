@@ -188,7 +188,10 @@ class RecordStore:
 
     def clear_leftovers(self) -> None:
         """Remove every file a write left half-done (`.*.tmp`: renamed into place only when complete),
-        which a killed run leaves behind; called by the next run once it holds the folder."""
+        which a killed run leaves behind; called by the next run once it holds the folder. Only local
+        folders are held by a lock: on an object store another run's files in flight look the same."""
+        if not self.local:
+            return
         for folder in ("", RECORDS, VERIFICATIONS):
             for tmp in self.fs.glob(posixpath.join(self.root, folder, ".*.tmp")):
                 self.fs.rm(tmp)

@@ -203,12 +203,14 @@ def save_checkpoint(engine, cfg: TrainingConfig, out: str, storage_options: dict
                 module.config.dtype = torch.float32
         remote = is_remote(out)
         stage = Path(tempfile.mkdtemp()) if remote else Path(f"{out.rstrip('/')}.{uuid.uuid4().hex}.tmp")
-        with naming_a_full_disk(str(stage.parent)):
-            model.save(str(stage), create_model_card=False)
-            (stage / METADATA).write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            if remote:
-                publish(stage, out, storage_options)
-                shutil.rmtree(stage)
-            else:
-                os.replace(stage, out)  # an empty `out` folder is replaced
+        try:
+            with naming_a_full_disk(str(stage.parent)):
+                model.save(str(stage), create_model_card=False)
+                (stage / METADATA).write_text(json.dumps(metadata, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+                if remote:
+                    publish(stage, out, storage_options)
+                else:
+                    os.replace(stage, out)  # an empty `out` folder is replaced
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)  # a staged copy, or what a failed write left half-done
     dist.barrier()

@@ -152,7 +152,9 @@ def _bi_encoder(model):
 
         def forward(self, chunks: list[dict], role: str) -> torch.Tensor:
             """Feature chunks of one role -> (sum of chunk sizes, dim) unit vectors, chunk after chunk."""
-            pooled = [self.model(c, task=role)["sentence_embedding"] for c in chunks]  # (chunk, dim) each
+            # a copy: sentence-transformers writes its outputs (token states too) into the features it is
+            # given, and gradient caching reuses a chunk's features, which must not keep them alive
+            pooled = [self.model(dict(c), task=role)["sentence_embedding"] for c in chunks]  # (chunk, dim) each
             return F.normalize(torch.cat(pooled), p=2, dim=-1)  # (texts, dim)
 
     return BiEncoder()
@@ -329,7 +331,7 @@ def _run_steps(engine, model, mixture: Mixture | StoredMixture, cfg: TrainingCon
     emit(done, {TOTAL_STEPS: steps})
     if pairs and done == 0:
         emit(0, {SEPARATION: _separation(model, pairs, cfg)})
-    engine.train()  # from_pretrained returns eval mode; training runs with the model's dropout, as HF's trainers do
+    engine.train()  # a loaded model is in eval mode; training runs with the model's dropout, as HF's trainers do
     for step in range(done + 1, steps + 1):
         start, losses, tokens, lr = time.perf_counter(), 0.0, 0, _coming_lr(engine)
         for _ in range(cfg.grad_accumulation):
@@ -441,8 +443,12 @@ def _load(cfg: TrainingConfig, steps: int, world: int):
     _announce(cfg, kind)
     torch.manual_seed(cfg.seed)
     model = training_model(cfg, device)
-    with op_build_lock(lambda line: print(line, flush=True)):  # deepspeed.initialize compiles ops on first use
-        return _engine(cfg, _bi_encoder(model), steps, world, kind), model
+    if kind == "cpu":  # compiled on first use; built here, alone, so that no rank waits on a rendezvous under the lock
+        with op_build_lock(lambda line: print(line, flush=True)):
+            from deepspeed.comm.torch import build_shm_op
+
+            build_shm_op()
+    return _engine(cfg, _bi_encoder(model), steps, world, kind), model
 
 
 BUILD_LOCK = ".dualview-op-build.lock"
@@ -450,8 +456,9 @@ BUILD_LOCK = ".dualview-op-build.lock"
 
 @contextlib.contextmanager
 def op_build_lock(say: Callable[[str], None], root: Path | None = None) -> Iterator[None]:
-    """Hold the project's lock on DeepSpeed's op builds (under TORCH_EXTENSIONS_DIR) while an engine
-    starts. torch marks a build in progress with a `lock` file that a killed build leaves behind,
+    """Hold the project's lock on DeepSpeed's op builds (under TORCH_EXTENSIONS_DIR) while the ops are
+    built, before any engine starts (an engine's start waits for every rank: never under this lock).
+    torch marks a build in progress with a `lock` file that a killed build leaves behind,
     and every later build then waits on it forever. The project's own lock is an OS lock, released
     when its holder dies: whoever holds it knows no build of the project's is running, so a `lock`
     file found then is stale and is removed; a live holder is waited for, and said so."""

@@ -4,7 +4,7 @@ Owns the generator of one world (topics, passages with attributes, instructions)
 outputs: Promptriever-format seed rows and a FollowIR-format eval set on disjoint topics, plus the
 metadata (`world.json`) that says which attribute an instruction constrains and which value every
 passage has. It also owns the wording of instructions, so the reference engine
-(`tasks/synthesis/engines.py`, `engine: reference`) writes the correct reversal from this module alone. It
+(`tests/helpers/reference_engine.py`, plugged in as `engine: plugin`) writes the correct reversal from this module alone. It
 does not know about engines, training or files beyond writing its own folder.
 
 The prose is template prose written for this project (no public-domain corpus was available
@@ -284,7 +284,7 @@ def _eval_set(topics, cfg: WorldConfig, rng: random.Random, writer: _Writer) -> 
     return {"corpus": corpus, "queries": queries, "qrels_og": og, "qrels_changed": changed, "top_ranked": top, "meta": meta}
 
 
-# --- the reference answer (what `engine: reference` writes) ------------------------------------------
+# --- the reference answer (what the reference engine writes) ------------------------------------------
 
 
 def read_metadata(path: str | Path) -> dict:

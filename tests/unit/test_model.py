@@ -75,6 +75,9 @@ def test_each_role_gets_the_prompt_encode_query_and_encode_document_use():
     model.default_prompt_name = "classification"
     assert role_prompt(model, "document") == "c: "
     np.testing.assert_allclose(model.encode_query(TEXTS), model.encode(TEXTS, prompt="query: "), atol=1e-6)
+    model.prompts["passage"] = "passage: "  # E5-style folders name the document prompt so
+    assert role_prompt(model, "document") == "passage: "
+    np.testing.assert_allclose(model.encode_document(TEXTS), model.encode(TEXTS, prompt="passage: "), atol=1e-6)
 
 
 def test_a_module_stack_the_project_never_wrote_loads_and_trains_as_saved(tmp_path):

@@ -194,3 +194,8 @@ def test_clean_instructions_pass_every_guard(instruction):
 
 def test_the_tables_are_large_enough():
     assert len(CHATTY) >= 30 and len(CLEAN) >= 30
+
+
+def test_entities_a_model_copies_from_the_escaped_prompt_come_out_as_plain_text():
+    assert parse("<answer><new_instruction>Only R&amp;D budgets &lt;5 years old.</new_instruction></answer>").instruction \
+        == "Only R&D budgets <5 years old."
