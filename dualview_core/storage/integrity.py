@@ -3,7 +3,8 @@
 A producer records `facts(fs, path)` of each file it publishes (in its manifest.json); anyone about
 to rely on the file asks `damage(fs, path, recorded)` first. The check reads the size and, for
 Parquet, the footer's row count — a file cut short, emptied or replaced fails it without reading the
-data — and, with `full=True`, the whole content's digest. It knows nothing about what the files hold.
+data — and, with `full=True`, the whole content's digest. On an object store each read is a request:
+a caller that must stay cheap there asks for the size alone. It knows nothing about what the files hold.
 
     >>> damage(None, "x", None) is None   # nothing recorded: nothing to hold the file to
     True
@@ -43,21 +44,24 @@ def facts(fs, path: str) -> dict:
     return {"bytes": fs.size(path), "rows": _rows(fs, path), "sha256": _digest(fs, path)}
 
 
-def damage(fs, path: str, recorded: dict | None, *, full: bool = False) -> str | None:
-    """None when `path` matches what was `recorded` of it; else what is wrong, in a few words."""
+def damage(fs, path: str, recorded: dict | None, *, rows: bool = True, full: bool = False) -> str | None:
+    """None when `path` matches what was `recorded` of it; else what is wrong, in a few words. The size
+    costs one request on an object store; `rows` reads the Parquet footer too, `full` the whole file."""
     if not recorded:
         return None
-    if not fs.exists(path):
+    try:
+        size = fs.info(path)["size"]
+    except FileNotFoundError:
         return "missing"
-    size = fs.size(path)
     if size != recorded["bytes"]:
         return f"{size} bytes where {recorded['bytes']} were published"
-    try:
-        rows = _rows(fs, path)
-    except Exception as exc:
-        return f"unreadable ({type(exc).__name__})"
-    if rows != recorded.get("rows"):
-        return f"{rows} rows where {recorded.get('rows')} were published"
+    if rows:
+        try:
+            found = _rows(fs, path)
+        except Exception as exc:  # any unreadable footer is damage, whatever pyarrow calls it
+            return f"unreadable ({type(exc).__name__})"
+        if found != recorded.get("rows"):
+            return f"{found} rows where {recorded.get('rows')} were published"
     if full and _digest(fs, path) != recorded["sha256"]:
         return "its content differs from what was published (sha256)"
     return None

@@ -211,7 +211,8 @@ def _derived_intact(store: RecordStore, previous: dict) -> bool:
     """Whether every derived file is there as the last run published it (size, rows). A damaged or
     missing one is said on `progress` by the caller's rebuild; the records hold all it needs."""
     published = previous.get("outputs", {})
-    return all(name in published and damage(store.fs, f"{store.root}/{name}", published[name]) is None
+    # local files: size and rows; on an object store the size alone: one request a file, as existence was
+    return all(name in published and damage(store.fs, f"{store.root}/{name}", published[name], rows=store.local) is None
                for name in DERIVED_FILES)
 
 
