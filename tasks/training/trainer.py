@@ -112,6 +112,11 @@ class TrainResult:
 # --- environment ----------------------------------------------------------------------------------
 
 
+def extensions_dir() -> Path:
+    """Where DeepSpeed's compiled ops are cached: TORCH_EXTENSIONS_DIR, else inside the project."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR", PROJECT_CACHE / "torch_extensions"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -123,7 +128,7 @@ def worker_environment() -> Iterator[None]:
     """Inside: the variables torch.distributed and DeepSpeed read. A launcher's are used as they are;
     a lone worker gets RANK=0, WORLD_SIZE=1 and a free port, removed again on exit — a later child
     process must not inherit a port this one holds. Compiled ops are cached in the project."""
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(PROJECT_CACHE / "torch_extensions"))
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         yield
         return
@@ -425,7 +430,7 @@ def _announce(cfg: TrainingConfig, kind: str) -> None:
     """Say what the wait before the first step is spent on (on the CLI's stderr and in the flow-run log)."""
     if int(os.environ.get("RANK", "0")):
         return
-    extensions = Path(os.environ.get("TORCH_EXTENSIONS_DIR", PROJECT_CACHE / "torch_extensions"))
+    extensions = extensions_dir()
     first_build = kind == "cpu" and not any(extensions.glob("**/deepspeed_shm_comm*.so"))
     print(f"train: loading {cfg.model} and starting DeepSpeed on {kind}"
           + ("; its CPU communication op is compiled on first use (~1-2 min, once)" if first_build else ""), flush=True)
@@ -462,7 +467,7 @@ def op_build_lock(say: Callable[[str], None], root: Path | None = None) -> Itera
     and every later build then waits on it forever. The project's own lock is an OS lock, released
     when its holder dies: whoever holds it knows no build of the project's is running, so a `lock`
     file found then is stale and is removed; a live holder is waited for, and said so."""
-    root = root or Path(os.environ.get("TORCH_EXTENSIONS_DIR", PROJECT_CACHE / "torch_extensions"))
+    root = root or extensions_dir()
     root.mkdir(parents=True, exist_ok=True)
     with open(root / BUILD_LOCK, "a+") as handle:
         try:

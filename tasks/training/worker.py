@@ -51,7 +51,8 @@ from dualview_core.storage.filesystems import filesystem
 from dualview_core.method.training_rows import total_steps
 from tasks.training.preflight import check_memory, model_shape
 from tasks.training.output import check_destination, check_writable, needed_bytes
-from tasks.training.trainer import PROJECT_CACHE, Callback, TrainResult, free_port, published_result, train
+from tasks.training.trainer import (PROJECT_CACHE, Callback, TrainResult, extensions_dir, free_port, published_result,
+                                    train)
 
 MIXTURE_CACHE = PROJECT_CACHE / "mixtures"
 
@@ -154,7 +155,7 @@ def _worker_env(processes: int) -> dict:
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # the launcher sets them per rank
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(PROJECT_CACHE / "torch_extensions"))
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
     return env
 
 
