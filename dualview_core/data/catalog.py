@@ -68,6 +68,7 @@ class Suite(_Entry):
     title: str
     tasks: list[str] = Field(default_factory=list)
     suites: list[str] = Field(default_factory=list)
+    columns: dict[str, str] = Field(default_factory=dict, description="metric or task/metric -> column title")
 
 
 class SeedSet(_Entry):
