@@ -1,4 +1,4 @@
-"""Flow: evaluate one model on one eval set (p-MRR and Score with intervals); log it to MLflow."""
+"""Flow: evaluate one model on a suite (or one eval set): its columns with intervals; log them to MLflow."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from prefect.runtime import flow_run
 from dualview_core.config.profiles import DataSourceOverrides, EvaluationOverrides, Profile, for_evaluation
 from tasks.tracking.runs import evaluate_lineage, flow_run_tracked
 from tasks.stages import evaluate_tracked
+from tasks.evaluation.runner import metric_values
 from tasks.evaluation.summary import comparison_table
 
 
@@ -30,5 +31,6 @@ def evaluate(
     with flow_run_tracked(experiment, p.tracking_uri, p.artifact_location, flow_run.get_name() or "evaluate",
                           tags, params) as run:
         report = evaluate_tracked(run, "model", model, p.eval_set, p.evaluation, f"{out}/{run.run_id}", p.output_options())
+        run.log_metrics(metric_values(report))  # the suite's names on the run the table shows
     print("\n" + comparison_table({model: report}))
     return report.as_dict(with_per_query=False)

@@ -1,7 +1,9 @@
 """Flow: a grid over mixtures, non-instruct ratios and seeds — the mixing question the paper left open.
 
 Synthesis and the base model's evaluation run once; each grid point trains and evaluates in its own
-nested MLflow run. The parent run gets a figure of p-MRR and Score against the ratio, with whiskers.
+nested MLflow run. The parent run gets a figure of the suite's columns per grid point, with whiskers,
+and the flow ends with the same numbers as a table, one row per grid point (the paper's Table 1
+shape when the suite is `paper`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from prefect.runtime import flow_run
 from dualview_core.config.profiles import Profile, SweepOverrides, for_sweep
 from dualview_core.training.sweep_grid import points
 from tasks.tracking.runs import sweep_lineage
+from tasks.evaluation.summary import cells_of, table
 from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, synthesize_tracked, train_point
 
 
@@ -27,4 +30,7 @@ def sweep(profile: Profile = "cpu", config: SweepOverrides = SweepOverrides()) -
                                 p.output_options())
         results = [train_point(run, point, p) for point in points(config)]
         log_sweep_figure(run, results, base)
-    return {"mlflow_run_id": run.run_id, "points": results}
+    rows = {"base": cells_of(base)} | {r["name"]: cells_of(r) for r in results}
+    text = table(rows, {k: base.columns[k] for k in base.headline}, label=f"suite {base.suite}")
+    print("\n" + text)
+    return {"mlflow_run_id": run.run_id, "points": results, "table": text}

@@ -157,12 +157,16 @@ def train_tracked(parent: RunRef, seeds: DataSource, dual_views: str, out: str, 
 
 @task(name="check eval set", cache_policy=NO_CACHE)
 def check_eval_set(eval_set: DataSource, config: EvaluationConfig) -> None:
-    """With strict evaluation, refuse an eval set with quarantined rows before synthesis and training are
-    paid for (evaluation refuses it again when it runs)."""
+    """Refuse a suite with a missing task folder and, with strict evaluation, an eval set with
+    quarantined rows, before synthesis and training are paid for (evaluation refuses them again)."""
     from dualview_core.data.evalsets import load_eval_set
+    from tasks.evaluation.runner import evaluation_plan
 
+    options = dict(eval_set.storage_options)
+    _, folders = evaluation_plan(eval_set.path, config, options)  # a suite's missing folder, before any cost
     if config.strict:
-        load_eval_set(eval_set.path, storage_options=dict(eval_set.storage_options)).refuse_drops(eval_set.path)
+        for folder in folders.values() or [eval_set.path]:
+            load_eval_set(folder, storage_options=options).refuse_drops(folder)
 
 
 @task(name="evaluate", task_run_name="evaluate {label}", cache_policy=NO_CACHE)
@@ -175,7 +179,7 @@ def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: DataSourc
             report = evaluate_task(local, eval_set.path, config, storage_options=dict(eval_set.storage_options),
                                    progress=get_run_logger().info, label=f"evaluate {label}")
         write_outputs(report, out, {"model": model, "config": config.model_dump()}, out_options)
-        log_evaluation(run.tracking_uri, run.run_id, report, config)
+        log_evaluation(run.tracking_uri, run.run_id, report)
         parent.set_tags({"dualview.eval_digest": report.digest})
     return report
 
@@ -184,22 +188,25 @@ def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: DataSourc
 def log_headline(run: RunRef, config: PipelineConfig, synthesis: dict, trained: dict, reports: dict) -> dict[str, float]:
     """The pipeline's headline numbers and its inputs (seeds, dual views, training mixture, eval set)
     on the parent run, so the experiment's table compares pipeline runs row by row."""
-    from dualview_core.evaluation.headline import evaluation_headline, synthesis_headline, training_headline
+    from dualview_core.evaluation.headline import TRAINED, evaluation_headline, synthesis_headline, training_headline
     from dualview_core.data.sources import source_fingerprint
     from tasks.training.trainer import LOSS
 
+    from tasks.evaluation.runner import metric_values
+
     e = config.evaluation
-    metrics = (evaluation_headline(reports, e.bootstrap_resamples, e.bootstrap_seed, e.confidence)
+    metrics = (metric_values(reports[TRAINED])  # the run's own model under the suite's names: the paper's columns
+               | evaluation_headline(reports, e.bootstrap_resamples, e.bootstrap_seed, e.confidence)
                | synthesis_headline(synthesis) | training_headline(trained["history"], trained["steps"], LOSS))
     run.log_metrics(metrics)
     dual_views = dual_views_of(synthesis["out"])
-    eval_report = next(iter(reports.values()))
+    eval_report = reports[TRAINED]
     log_datasets(run.tracking_uri, run.run_id, [
         ("seeds", config.seeds.path, synthesis["seed_fingerprint"], "synthesis"),
         ("dual_views", dual_views, source_fingerprint(dual_views, config.output_options()), "training"),
         (f"mixture/{config.training.mixture.name}", trained["checkpoint"], trained["digest"], "training"),
-        (f"{eval_report.benchmark}/{eval_report.subset}", config.eval_set.path, eval_report.digest, "eval"),
-    ])
+    ] + [(f"{r.benchmark}/{task}", str(r.details.get("source", task)), r.digest, "eval")
+         for task, r in eval_report.reports.items()])
     return metrics
 
 
@@ -238,5 +245,5 @@ def train_point(parent: RunRef, point: dict, p: PipelineConfig) -> dict:
 @task(name="sweep figure", cache_policy=NO_CACHE)
 def log_sweep_figure(run: RunRef, results: list[dict], base) -> None:
     from tasks.evaluation.summary import sweep_figure
-    figure = sweep_figure(results, base.as_dict(with_per_query=False)["metrics"])
+    figure = sweep_figure(results, base.as_dict(with_per_query=False)["metrics"], {k: base.columns[k] for k in base.headline})
     mlflow_client(run.tracking_uri).log_figure(run.run_id, figure, "sweep/summary.png")

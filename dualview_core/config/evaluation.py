@@ -10,6 +10,11 @@ from dualview_core.config.base import ConfigModel, Pooling
 class EvaluationConfig(ConfigModel):
     """How a model is evaluated: retrieval, the headline measures, and their uncertainty."""
 
+    suite: str | None = Field(
+        None, description="A catalog suite or task (followir, infosearch, mair, paper, robust04, ...): "
+        "the eval set's path is then the folder `dualview data get` wrote, one subfolder per task. "
+        "None: the path is one task's folder.",
+    )
     batch_size: int = Field(
         64, gt=0, description="Texts per encoder batch. Larger is faster until memory runs out; "
         "batches are length-sorted, so padding stays small either way.",
@@ -44,13 +49,9 @@ class EvaluationConfig(ConfigModel):
         1024, gt=0, description="Queries scored against the corpus at once in exact search: "
         "bounds memory at query_chunk × corpus size floats.",
     )
-    score_measures: dict[str, str] = Field(
-        default_factory=lambda: {"robust04": "map_cut_1000", "core17": "map_cut_1000", "news21": "ndcg_cut_5"},
-        description="FollowIR Score measure per subset: the first key contained in the eval set's "
-        "(lower-cased) name wins. Defaults are FollowIR's published choice.",
-    )
     default_score_measure: str = Field(
-        "map_cut_1000", description="Score measure for an eval set that no key of score_measures names.",
+        "map_cut_1000", description="Score measure of a folder the catalog does not name (a catalog task "
+        "brings its own: MAP@1000, or nDCG@5 on News21).",
     )
     bootstrap_resamples: int = Field(
         1000, ge=0, description="Bootstrap resamples for confidence intervals (0 disables them). "

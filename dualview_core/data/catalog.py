@@ -54,7 +54,7 @@ class Task(_Entry):
         "og", description="the instruction the baseline run is ranked under: the original one, or none")
     query_template: str | None = Field(None, description="how query and instruction join; None: the evaluation config's")
     optional: bool = Field(False, description="published but not in the paper's table")
-    source: Source
+    source: Source | None = Field(None, description="None for a folder of the user's own, outside the catalog")
     alternatives: dict[str, Source] = Field(default_factory=dict, description="other publications of the same task")
 
     @property

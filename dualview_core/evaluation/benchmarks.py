@@ -34,13 +34,13 @@ from dualview_core.method.metrics import (
     per_query_measures,
     pytrec_measure,
     robustness_at_10,
-    score_measure_for,
     unscored_queries,
 )
 
 ViewQueries = dict[str, tuple[str, str]]
 PerQuery = dict[str, dict[str, float]]  # metric -> query_id -> value (×100)
 NO_INSTRUCTION = View.NONE.value
+SCORE_MEASURE = "score_measure"  # EvalSet.meta key: the task's Score measure (from the catalog)
 
 
 def scaled(values: Mapping[str, float]) -> dict[str, float]:
@@ -68,7 +68,8 @@ class Benchmark:
 
 
 def _score_measure(es: EvalSet, cfg: EvaluationConfig) -> str:
-    return score_measure_for(es.name, cfg.score_measures, cfg.default_score_measure)
+    """The task's Score measure, as the catalog names it (`score_measure` in the eval set's meta)."""
+    return es.meta.get(SCORE_MEASURE) or cfg.default_score_measure
 
 
 def _followir(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:

@@ -33,6 +33,31 @@ if TYPE_CHECKING:
 ViewQueries = Mapping[str, tuple[str, str]]  # query_id -> (query, instruction)
 
 
+class SharedDocuments:
+    """An encoder that encodes each distinct document text once for as long as it lives: a suite's
+    tasks that share documents (InfoSearch's subsets, say) pay for them once per model. Queries
+    pass through. Holds one vector per distinct document, keyed by a 16-byte digest of its text."""
+
+    def __init__(self, encoder: TextEncoder):
+        self.encoder = encoder
+        self.vectors: dict[bytes, np.ndarray] = {}  # digest -> (dim,)
+        self.encoded = 0  # documents actually sent to the encoder
+
+    def encode_query(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        return self.encoder.encode_query(texts, batch_size=batch_size)
+
+    def encode_document(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        import hashlib
+
+        keys = [hashlib.blake2b(t.encode(), digest_size=16).digest() for t in texts]
+        new = {k: t for k, t in zip(keys, texts) if k not in self.vectors}
+        if new:
+            vectors = np.asarray(self.encoder.encode_document(list(new.values()), batch_size=batch_size))  # (n_new, dim)
+            self.vectors.update(zip(new, vectors))
+            self.encoded += len(new)
+        return np.stack([self.vectors[k] for k in keys]) if keys else np.zeros((0, 0), dtype=np.float32)
+
+
 def encode_corpus(encoder: TextEncoder, eval_set: EvalSet, batch_size: int) -> tuple[list[str], np.ndarray]:
     """(doc_ids, (n_docs, dim) unit vectors), in corpus order."""
     rows = eval_set.corpus.to_pylist()

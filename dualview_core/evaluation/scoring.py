@@ -2,8 +2,8 @@
 
 Owns the `EvalReport` (per-query values of every measure, their means with bootstrap intervals,
 the eval set's identity) and the functions the CLI and the orchestration flow call:
-`evaluate_model` (encoder + eval set), `evaluate_runs` (runs someone already has), `aggregate`
-(several subsets of one benchmark into one number each) and `eval_set_digest` (lineage).
+`evaluate_model` (encoder + eval set), `evaluate_runs` (runs someone already has) and
+`eval_set_digest` (lineage); `suites` combines tasks into a suite's numbers.
 It knows nothing about files, MLflow or Prefect: tasks and the CLI write and log what it returns.
 """
 
@@ -101,17 +101,6 @@ def evaluate_model(encoder: TextEncoder, eval_set: EvalSet, cfg: EvaluationConfi
     runs = retrieve(encoder, eval_set, benchmark_named(name).views(eval_set), cfg)
     return evaluate_runs(eval_set, runs, cfg, name)
 
-
-def aggregate(reports: list[EvalReport], cfg: EvaluationConfig) -> dict[str, Interval]:
-    """One benchmark's subsets -> metric -> interval of the benchmark number (FollowIR: the plain
-    mean of subset means; MAIR: weighted by subset size), by a bootstrap stratified by subset."""
-    names = {r.benchmark for r in reports}
-    if len(names) != 1:
-        raise ValueError(f"aggregate one benchmark at a time, got {sorted(names)}")
-    weighted = BENCHMARKS[names.pop()].weighted
-    metrics = sorted({m for r in reports for m in r.per_query})
-    return {m: bootstrap_ci([list(r.per_query.get(m, {}).values()) for r in reports], cfg.bootstrap_resamples,
-                            cfg.bootstrap_seed, cfg.confidence, weighted=weighted) for m in metrics}
 
 
 def score_runs(qrels_og: Qrels, qrels_changed: Qrels, run_og: Run, run_changed: Run, measures: list[str],

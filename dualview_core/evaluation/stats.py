@@ -9,6 +9,8 @@ which measure the values came from, runs, files or services.
   the benchmark does: plain mean, or weighted by group size.
 - `paired_test`: a two-sided sign-flip randomization test on per-query differences (exact
   enumeration up to 16 queries, Monte Carlo beyond), plus a bootstrap interval of the difference.
+- `paired_macro_test`: the same for a macro over groups (a suite's tasks): signs flip per query
+  inside each group, the statistic is the plain mean of the groups' mean differences.
 
     >>> paired_test({"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, {"a": 0.0, "b": 0.0, "c": 0.0, "d": 0.0}).p_value
     0.125
@@ -124,3 +126,31 @@ def paired_test(a: Mapping[str, float], b: Mapping[str, float], resamples: int =
     interval = bootstrap_ci(diff.tolist(), resamples=resamples, seed=seed, confidence=confidence)
     return PairedResult(len(common), float(x.mean()), float(y.mean()), interval, p_value, method,
                         len(set(a) - set(b)), len(set(b) - set(a)))
+
+
+def paired_macro_test(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]], resamples: int = 10_000,
+                      seed: int = 0, confidence: float = 0.95) -> PairedResult:
+    """Compare two systems on a macro average: group i of `a` is paired with group i of `b`."""
+    if len(a) != len(b):
+        raise ValueError(f"the two systems have {len(a)} and {len(b)} groups")
+    commons = [sorted(set(x) & set(y)) for x, y in zip(a, b)]
+    kept = [i for i, c in enumerate(commons) if c]
+    if not kept:
+        raise ValueError("the two systems share no query: nothing to compare")
+    xs = [np.array([a[i][q] for q in commons[i]]) for i in kept]  # each (n_i,)
+    ys = [np.array([b[i][q] for q in commons[i]]) for i in kept]
+    diffs = [x - y for x, y in zip(xs, ys)]
+    observed = abs(float(np.mean([d.mean() for d in diffs])))
+    tolerance = 1e-12 * max(1.0, observed)
+    rng = np.random.default_rng(seed)
+    n = max(resamples, 1)
+    flipped = np.zeros(n)  # (resamples,) the macro under random signs
+    for d in diffs:
+        signs = rng.choice(np.array([-1.0, 1.0]), size=(n, len(d)))  # (resamples, n_i)
+        flipped += (signs * d).mean(axis=1) / len(diffs)
+    p_value = (int((np.abs(flipped) >= observed - tolerance).sum()) + 1) / (n + 1)
+    interval = bootstrap_ci([d.tolist() for d in diffs], resamples=resamples, seed=seed, confidence=confidence)
+    only_a = sum(len(set(a[i]) - set(b[i])) for i in range(len(a)))
+    only_b = sum(len(set(b[i]) - set(a[i])) for i in range(len(a)))
+    return PairedResult(sum(len(d) for d in diffs), float(np.mean([x.mean() for x in xs])), float(np.mean([y.mean() for y in ys])),
+                        interval, p_value, f"stratified sign-flip, {n} resamples", only_a, only_b)

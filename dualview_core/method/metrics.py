@@ -161,12 +161,6 @@ def per_query_measures(qrels: Qrels, run: Run, measures: Iterable[str]) -> dict[
     return {key: {q: values[key] for q, values in scores.items()} for _, key in pairs}
 
 
-def score_measure_for(subset: str, measures: Mapping[str, str], default: str) -> str:
-    """FollowIR's Score measure for a subset: the first key found in its lower-cased name."""
-    name = subset.lower()
-    return next((m for key, m in measures.items() if key in name), default)
-
-
 # --- other benchmarks ---------------------------------------------------------------------------
 
 

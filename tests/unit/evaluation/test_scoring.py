@@ -11,7 +11,7 @@ import pytest
 from dualview_core.config import EvaluationConfig
 from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EvalSet
 from dualview_core.evaluation.benchmarks import NO_INSTRUCTION, detect_benchmark
-from dualview_core.evaluation.scoring import aggregate, eval_set_digest, evaluate_runs
+from dualview_core.evaluation.scoring import eval_set_digest, evaluate_runs
 from dualview_core.data.evalsets import load_eval_set
 from dualview_core.method.metrics import NDCG_10, P_MRR, ROBUSTNESS_10, SCORE
 from dualview_core.sample import followir_path
@@ -49,19 +49,6 @@ def test_infosearch_p_mrr_compares_the_bare_query_with_the_instructed_one():
     assert report.per_query[NDCG_10] == {"a": pytest.approx(100.0)}  # d2, the one relevant doc, first
 
 
-def test_mair_splits_combine_weighted_by_size():
-    def split(name: str, n: int, hit: bool) -> tuple[EvalSet, dict]:
-        ids = [f"{name}{i}" for i in range(n)]
-        es = make(name, [(q, q, "og", "") for q in ids], [(q, "og", "d1", 1) for q in ids], meta={"layout": "mair"})
-        return es, {"og": {q: {"d1": 0.9 if hit else 0.1, "d2": 0.5} for q in ids}}
-
-    reports = [evaluate_runs(*split("small", 1, hit=True), CFG), evaluate_runs(*split("big", 3, hit=False), CFG)]
-    assert reports[0].summary[NDCG_10].mean == 100.0
-    assert reports[1].summary[NDCG_10].mean == pytest.approx(100 / math.log2(3))  # the relevant doc at rank 2
-    pooled = (100.0 + 3 * reports[1].summary[NDCG_10].mean) / 4
-    assert aggregate(reports, CFG)[NDCG_10].mean == pytest.approx(pooled)
-
-
 def test_instructir_robustness_is_the_worst_variant():
     es = make("instructir", [("a1", "a", "og", "x"), ("a2", "a", "og", "y"), ("b1", "b", "og", "z")],
               [(q, "og", "d1", 1) for q in ("a1", "a2", "b1")])
@@ -70,19 +57,6 @@ def test_instructir_robustness_is_the_worst_variant():
     ndcg_rank2 = 100 / math.log2(3)  # the relevant doc at rank 2
     assert report.per_query[ROBUSTNESS_10] == pytest.approx({"a": ndcg_rank2, "b": 100.0})
     assert report.summary[ROBUSTNESS_10].mean == pytest.approx((ndcg_rank2 + 100) / 2)
-
-
-def test_followir_benchmark_is_the_plain_mean_of_subsets():
-    def subset(name: str, rel: int) -> EvalSet:
-        return make(name, [("a", "a", v, v) for v in ("og", "changed")],
-                    [("a", v, "d1", rel) for v in ("og", "changed")] + [("a", "og", "d2", 1)])
-
-    runs = {"og": {"a": {"d1": 0.9, "d2": 0.5}}, "changed": {"a": {"d1": 0.9, "d2": 0.5}}}
-    one, zero = evaluate_runs(subset("core17", 1), runs, CFG), evaluate_runs(subset("news21", 0), runs, CFG)
-    assert one.details["score_measure"] == "map_cut_1000" and zero.details["score_measure"] == "ndcg_cut_5"
-    assert aggregate([one, zero], CFG)[SCORE].mean == pytest.approx((one.summary[SCORE].mean + zero.summary[SCORE].mean) / 2)
-    with pytest.raises(ValueError, match="one benchmark at a time"):
-        aggregate([one, evaluate_runs(make("m", [("a", "a", "og", "")], [("a", "og", "d1", 1)]), {"og": {"a": {"d1": 1.0}}}, CFG)], CFG)
 
 
 def test_report_json_has_null_for_undefined_means():

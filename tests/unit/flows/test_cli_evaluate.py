@@ -103,11 +103,14 @@ def test_evaluate_on_the_sample_prints_intervals_and_score_reproduces_it(capsys,
     code, out, _ = cli(capsys, "evaluate", "--model", "minilm", "--eval-set", sample, "--out", tmp_path / "ev",
                          "--max-length", "256", "--resamples", "200")
     assert code == 0
-    assert list(out["metrics"]) == ["p-MRR", "score", "score_vs_qrels_changed"]
+    assert out["suite"] == "sample"  # the sample's source.json names its catalog task
+    assert list(out["metrics"]) == ["sample/p-MRR", "sample/score", "sample/score_vs_qrels_changed"]
     for metric in out["metrics"].values():
         assert metric["ci_low"] <= metric["value"] <= metric["ci_high"] and metric["queries"] == 23
-    assert out["details"]["score_measure"] == "map_cut_1000" and out["details"]["quarantined"] == 0
-    assert -100 <= out["metrics"]["p-MRR"]["value"] <= 100 and 0 <= out["metrics"]["score"]["value"] <= 100
+    task = out["tasks"]["sample"]["details"]
+    assert task["score_measure"] == "map_cut_1000" and task["quarantined"] == 0
+    assert task["query_template"] == "{query} {instruction}" and "mteb 2.x" in out["details"]["score_convention"]
+    assert -100 <= out["metrics"]["sample/p-MRR"]["value"] <= 100 and 0 <= out["metrics"]["sample/score"]["value"] <= 100
 
     # the written runs, scored by `dualview score` as anyone's runs would be, give the same numbers
     es = load_eval_set(sample).eval_set
@@ -116,13 +119,13 @@ def test_evaluate_on_the_sample_prints_intervals_and_score_reproduces_it(capsys,
     code, scored, _ = cli(capsys, "score", "--qrels-og", tmp_path / "og.txt", "--qrels-changed", tmp_path / "changed.txt",
                           "--run-og", tmp_path / "ev" / "run_og.trec", "--run-changed", tmp_path / "ev" / "run_changed.trec",
                           "--measures", "map_cut_1000", "--resamples", "200")
-    assert scored["p-MRR"] == out["metrics"]["p-MRR"]
-    assert scored["og_run"]["map_cut_1000"] == out["metrics"]["score"]
-    assert scored["og_run_vs_qrels_changed"]["map_cut_1000"] == out["metrics"]["score_vs_qrels_changed"]
+    assert scored["p-MRR"] == out["metrics"]["sample/p-MRR"]
+    assert scored["og_run"]["map_cut_1000"] == out["metrics"]["sample/score"]
+    assert scored["og_run_vs_qrels_changed"]["map_cut_1000"] == out["metrics"]["sample/score_vs_qrels_changed"]
 
     # comparing the evaluation with itself: no difference, p = 1
     code, compared, _ = cli(capsys, "compare", tmp_path / "ev", tmp_path / "ev" / "report.json")
-    assert compared["comparisons"]["p-MRR"]["p_value"] == 1.0 and compared["comparisons"]["p-MRR"]["n"] == 23
+    assert compared["comparisons"]["sample/p-MRR"]["p_value"] == 1.0 and compared["comparisons"]["sample/p-MRR"]["n"] == 23
 
 
 def test_evaluate_missing_model_exits_2(capsys, tmp_path):

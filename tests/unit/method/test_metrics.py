@@ -28,7 +28,6 @@ from dualview_core.method.metrics import (
     rank_reference,
     ranks,
     robustness_at_10,
-    score_measure_for,
     unscored_queries,
 )
 
@@ -166,13 +165,6 @@ def test_followir_values_score_against_og_and_against_changed_qrels():
     assert values[P_MRR] == {"q": pytest.approx(100 * (1 - 1 / 3))}  # a falls 1 -> 3
     assert values[SCORE] == {"q": pytest.approx(100.0)}  # a, b at ranks 1, 2
     assert values[SCORE_VS_QRELS_CHANGED] == {"q": pytest.approx(50.0)}  # b alone, at rank 2
-
-
-def test_score_measure_per_subset():
-    measures = {"robust04": MAP_1000, "core17": MAP_1000, "news21": NDCG_5}
-    assert score_measure_for("News21InstructionRetrieval", measures, MAP_1000) == NDCG_5
-    assert score_measure_for("core17", measures, "x") == MAP_1000
-    assert score_measure_for("sample", measures, "fallback") == "fallback"
 
 
 # --- other benchmarks ---------------------------------------------------------------------------

@@ -32,22 +32,39 @@ def test_params_are_flat_and_hold_no_secret():
 
 
 class _Report:
+    suite = "followir"
+    columns = {"followir/p-MRR": "FollowIR p-MRR", "followir/score": "FollowIR Score"}
+
     def __init__(self, pmrr, score):
-        self.summary = {"p-MRR": Interval(pmrr, pmrr - 1, pmrr + 1), "score": Interval(score, score - 2, score + 2)}
+        self.summary = {"followir/p-MRR": Interval(pmrr, pmrr - 1, pmrr + 1), "followir/score": Interval(score, score - 2, score + 2)}
 
 
 def test_comparison_table_has_a_row_per_model_with_intervals():
     table = comparison_table({"base": _Report(-1.5, 80.0), "trained": _Report(3.25, 81.5)})
     lines = table.splitlines()
-    assert lines[0].split() == ["model", "p-MRR", "Score"]
-    assert lines[2].split()[0] == "base" and "-1.50" in lines[2] and "[" in lines[2]
-    assert "3.25 [   2.25,    4.25]" in lines[3] and "81.50 [  79.50,   83.50]" in lines[3]
+    assert lines[0].startswith("suite followir")
+    assert lines[1].split() == ["model", "FollowIR", "p-MRR", "FollowIR", "Score"]
+    assert lines[3].split()[0] == "base" and "-1.50" in lines[3] and "[" in lines[3]
+    assert "3.25 [   2.25,    4.25]" in lines[4] and "81.50 [  79.50,   83.50]" in lines[4]
 
 
-def test_sweep_figure_has_one_panel_per_headline_metric():
-    metrics = {"p-MRR": {"value": 1.0, "ci_low": 0.0, "ci_high": 2.0}, "score": {"value": 50.0, "ci_low": 48.0, "ci_high": 52.0}}
-    fig = sweep_figure([{"name": "ratio-r0-s0", "metrics": metrics}, {"name": "ratio-r0.5-s0", "metrics": metrics}], metrics)
-    assert [ax.get_title() for ax in fig.axes] == ["p-MRR", "Score"]
+def test_the_paper_suite_prints_table_one(tmp_path):
+    from dualview_core.evaluation.suites import plan
+    from tasks.evaluation.summary import table
+
+    columns = plan("paper").columns()
+    rows = {"all-dv": {"followir/p-MRR": (7.57, 6.0, 9.0)}, "all-orig": {"followir/p-MRR": (5.21, 4.0, 6.5)}}
+    lines = table(rows, columns, label="run").splitlines()
+    assert lines[0].split()[1:] == "FollowIR p-MRR FollowIR Score InfoSearch length InfoSearch keyword MAIR IFEval MAIR InstructIR".split()
+    assert "7.57 [   6.00,    9.00]" in lines[2] and lines[3].count("n/a") == 5
+
+
+def test_sweep_figure_has_one_panel_per_column():
+    metrics = {"followir/p-MRR": {"value": 1.0, "ci_low": 0.0, "ci_high": 2.0},
+               "followir/score": {"value": 50.0, "ci_low": 48.0, "ci_high": 52.0}}
+    fig = sweep_figure([{"name": "ratio-r0-s0", "metrics": metrics}, {"name": "ratio-r0.5-s0", "metrics": metrics}], metrics,
+                       _Report.columns)
+    assert [ax.get_title() for ax in fig.axes] == ["FollowIR p-MRR", "FollowIR Score"]
 
 
 def test_each_output_folder_has_its_own_concurrency_slot():
