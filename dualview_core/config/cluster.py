@@ -201,14 +201,15 @@ def pipeline_config(cfg: ClusterConfig, seeds: str, eval_set: str, workdir: str)
     """The `pipeline` flow's parameters on the cluster: the cluster's synthesis (joined over
     `ray_address` in client mode, submitted to it as a Ray Job in job mode) and training profiles, one
     DeepSpeed rank per trainer GPU, the MLflow server, and artifacts through it (`MLFLOW_ARTIFACTS`).
-    Evaluation at the full 512 tokens, refusing an eval set with a quarantined row. profiles/cluster.yaml holds the same values for the default
-    ClusterConfig (tests/unit/config/test_profiles.py)."""
+    Evaluation of the paper's suite (`eval_set` is the folder `dualview data get paper` wrote) at the
+    full 512 tokens, refusing an eval set with a quarantined row. profiles/cluster.yaml holds the
+    same values for the default ClusterConfig (tests/unit/config/test_profiles.py)."""
     reach = ({"ray_address": ray_address(cfg)} if cfg.ray_mode == "client"
              else {"ray_job": RayJobConfig(address=ray_address(cfg)), "ray_address": None})
     synthesis = cfg.synthesis.model_copy(update=reach)
     return PipelineConfig(seeds=DataSource(path=seeds), eval_set=DataSource(path=eval_set), workdir=workdir,
                           synthesis=synthesis, training=cfg.training, train_processes=cfg.trainer_gpus,
-                          evaluation=EvaluationConfig(strict=True),
+                          evaluation=EvaluationConfig(suite="paper", strict=True),
                           tracking_uri=mlflow_tracking_uri(cfg), artifact_location=MLFLOW_ARTIFACTS)
 
 
