@@ -7,7 +7,7 @@ are imported inside the functions that use them, so importing this module stays 
 
 Logged, per eval set (benchmark `followir`, subset `core17`, say):
 - metrics `followir/core17/p-MRR`, `…_ci_low`, `…_ci_high`, the same for `score` and
-  `score_vs_qrels_changed`, and the benchmark numbers over all given subsets: `followir/p-MRR`,
+  `score_mteb1`, and the benchmark numbers over all given subsets: `followir/p-MRR`,
   `followir/score`, … (FollowIR: the plain mean of subsets; MAIR: weighted by size);
 - a per-query table (`log_table`), a figure of the headline metrics with CI whiskers
   (`log_figure`), the eval set as a dataset input with its content digest (`log_input`).
