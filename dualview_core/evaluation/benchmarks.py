@@ -6,11 +6,13 @@ are ×100, as the benchmarks publish them. It knows nothing about encoders, inte
 services; the measures themselves live in `metrics`.
 
 - FollowIR: og and changed runs; p-MRR on the documents whose label changed; Score = the og run's
-  MAP@1000 (Robust04, Core17) or nDCG@5 (News21) against qrels_og, and the same against
-  qrels_changed, logged as such, because an older reference implementation swapped the two qrels.
-- InfoSearch: a run without instruction (og queries, instruction "") and one with the changed
-  instruction; p-MRR on documents relevant without the instruction and not with it.
-- MAIR: nDCG@10 of the og run; splits combine weighted by size.
+  MAP@1000 (Robust04, Core17) or nDCG@5 (News21) against qrels_og, as mteb 2.x scores it, and
+  Score (mteb 1.x) = the same run against qrels_changed, as mteb 1.x scored it (its loader swapped the
+  two qrels).
+- InfoSearch: a run under the original instruction and one under the changed instruction, as its
+  authors' evaluator ranks them; p-MRR on documents relevant under qrels_og and not under
+  qrels_changed; nDCG@10 of the changed run against qrels_changed.
+- MAIR: nDCG@10 of the og run (reported as `ndcg@10`); splits combine weighted by size.
 - InstructIR: nDCG@10 per instruction variant and robustness@10, the worst variant per query group.
 """
 
@@ -23,11 +25,12 @@ from dualview_core.config import EvaluationConfig
 from dualview_core.contracts import EvalSet, Qrels, Run, View
 from dualview_core.method.metrics import (
     NDCG_10,
+    NDCG_AT_10,
     P_MRR,
     ROBUSTNESS_10,
     SCALE,
     SCORE,
-    SCORE_VS_QRELS_CHANGED,
+    SCORE_MTEB1,
     followir_changed,
     infosearch_changed,
     p_mrr_per_query,
@@ -39,7 +42,6 @@ from dualview_core.method.metrics import (
 
 ViewQueries = dict[str, tuple[str, str]]
 PerQuery = dict[str, dict[str, float]]  # metric -> query_id -> value (×100)
-NO_INSTRUCTION = View.NONE.value
 SCORE_MEASURE = "score_measure"  # EvalSet.meta key: the task's Score measure (from the catalog)
 
 
@@ -48,12 +50,12 @@ def scaled(values: Mapping[str, float]) -> dict[str, float]:
 
 
 def followir_values(qrels_og: Qrels, qrels_changed: Qrels, run_og: Run, run_changed: Run, measure: str) -> PerQuery:
-    """FollowIR per query: p-MRR, Score (og run vs qrels_og) and Score vs qrels_changed (the old swap)."""
+    """FollowIR per query: p-MRR, Score (og run vs qrels_og) and Score as mteb 1.x had it (og run vs qrels_changed)."""
     key = pytrec_measure(measure)[1]
     return {
         P_MRR: scaled(p_mrr_per_query(run_og, run_changed, followir_changed(qrels_og, qrels_changed))),
         SCORE: scaled(per_query_measures(qrels_og, run_og, [measure])[key]),
-        SCORE_VS_QRELS_CHANGED: scaled(per_query_measures(qrels_changed, run_og, [measure])[key]),
+        SCORE_MTEB1: scaled(per_query_measures(qrels_changed, run_og, [measure])[key]),
     }
 
 
@@ -83,14 +85,15 @@ def _followir_details(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) 
     return {"score_measure": _score_measure(es, cfg), "unscored_queries": unscored_queries(runs[og], runs[changed], docs)}
 
 
-def _infosearch_views(es: EvalSet) -> dict[str, ViewQueries]:
-    bare = {q: (query, "") for q, (query, _) in es.queries_for(View.OG.value).items()}
-    return {NO_INSTRUCTION: bare, View.CHANGED.value: es.queries_for(View.CHANGED.value)}
+def _og_and_changed(es: EvalSet) -> dict[str, ViewQueries]:
+    return {v: es.queries_for(v) for v in (View.OG.value, View.CHANGED.value)}
 
 
 def _infosearch(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
+    # the baseline run is the one under instruction_og: InfoSearch's evaluator (EIT-NLP/InfoSearch,
+    # AbsTaskInstructionRetrieval.evaluate) ranks its "ori" run with the og instructions
     og, changed = es.qrels_for(View.OG.value), es.qrels_for(View.CHANGED.value)
-    pmrr = p_mrr_per_query(runs[NO_INSTRUCTION], runs[View.CHANGED.value], infosearch_changed(og, changed))
+    pmrr = p_mrr_per_query(runs[View.OG.value], runs[View.CHANGED.value], infosearch_changed(og, changed))
     ndcg = per_query_measures(changed, runs[View.CHANGED.value], [NDCG_10])[NDCG_10]
     return {P_MRR: scaled(pmrr), NDCG_10: scaled(ndcg)}
 
@@ -100,7 +103,8 @@ def _og_only(es: EvalSet) -> dict[str, ViewQueries]:
 
 
 def _mair(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
-    return {NDCG_10: scaled(per_query_measures(es.qrels_for(View.OG.value), runs[View.OG.value], [NDCG_10])[NDCG_10])}
+    ndcg = per_query_measures(es.qrels_for(View.OG.value), runs[View.OG.value], [NDCG_10])[NDCG_10]
+    return {NDCG_AT_10: scaled(ndcg)}
 
 
 def _instructir(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
@@ -110,11 +114,9 @@ def _instructir(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> Per
 
 
 BENCHMARKS: dict[str, Benchmark] = {
-    "followir": Benchmark(
-        "followir", lambda es: {v: es.queries_for(v) for v in (View.OG.value, View.CHANGED.value)}, _followir,
-        (P_MRR, SCORE, SCORE_VS_QRELS_CHANGED), details=_followir_details),
-    "infosearch": Benchmark("infosearch", _infosearch_views, _infosearch, (P_MRR, NDCG_10)),
-    "mair": Benchmark("mair", _og_only, _mair, (NDCG_10,), weighted=True),
+    "followir": Benchmark("followir", _og_and_changed, _followir, (P_MRR, SCORE, SCORE_MTEB1), details=_followir_details),
+    "infosearch": Benchmark("infosearch", _og_and_changed, _infosearch, (P_MRR, NDCG_10)),
+    "mair": Benchmark("mair", _og_only, _mair, (NDCG_AT_10,), weighted=True),
     "instructir": Benchmark("instructir", _og_only, _instructir, (ROBUSTNESS_10, NDCG_10)),
 }
 

@@ -72,7 +72,7 @@ def single_task_plan(task: Task) -> Plan:
     return Plan(task.name, (Part(task.name, task.title, (task,), _family_columns([task.name], task)),))
 
 
-TITLES = {"p-MRR": "p-MRR", "score": "Score", "score_mteb1": "Score (mteb 1.x)", "score_vs_qrels_changed": "Score (mteb 1.x)",
+TITLES = {"p-MRR": "p-MRR", "score": "Score", "score_mteb1": "Score (mteb 1.x)",
           "ndcg@10": "nDCG@10", "ndcg_cut_10": "nDCG@10", "robustness@10": "robustness@10"}
 
 

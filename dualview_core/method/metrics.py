@@ -32,9 +32,11 @@ Changed = dict[str, list[str]]  # query_id -> the documents whose label changed
 # --- names --------------------------------------------------------------------------------------
 
 P_MRR = "p-MRR"
-SCORE = "score"  # the subset's Score measure on the og run against qrels_og
-SCORE_VS_QRELS_CHANGED = "score_vs_qrels_changed"  # the same run against qrels_changed (the old swap)
-NDCG_10 = "ndcg_cut_10"
+SCORE = "score"  # the subset's Score measure on the og run against qrels_og (mteb 2.x)
+# the same run against qrels_changed: what mteb 1.x reported, its loader having swapped the two qrels
+SCORE_MTEB1 = "score_mteb1"
+NDCG_10 = "ndcg_cut_10"  # the pytrec_eval measure
+NDCG_AT_10 = "ndcg@10"  # the name MAIR's nDCG@10 is reported under
 NDCG_5 = "ndcg_cut_5"
 MAP_1000 = "map_cut_1000"
 ROBUSTNESS_10 = "robustness@10"

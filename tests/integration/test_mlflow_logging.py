@@ -95,7 +95,7 @@ def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
     metrics = runs[0].data.metrics
     assert metrics == pytest.approx(logged)
     for r in reports:
-        for metric in ("p-MRR", "score", "score_vs_qrels_changed"):
+        for metric in ("p-MRR", "score", "score_mteb1"):
             key = f"followir/{r.subset}/{metric}"
             assert metrics[key] == pytest.approx(r.summary[metric].mean)
             assert metrics[key + "_ci_low"] <= metrics[key] <= metrics[key + "_ci_high"]

@@ -10,10 +10,10 @@ import pytest
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EvalSet
-from dualview_core.evaluation.benchmarks import NO_INSTRUCTION, detect_benchmark
+from dualview_core.evaluation.benchmarks import BENCHMARKS, detect_benchmark
 from dualview_core.evaluation.scoring import eval_set_digest, evaluate_runs
 from dualview_core.data.evalsets import load_eval_set
-from dualview_core.method.metrics import NDCG_10, P_MRR, ROBUSTNESS_10, SCORE
+from dualview_core.method.metrics import NDCG_10, NDCG_AT_10, P_MRR, ROBUSTNESS_10, SCORE
 from dualview_core.sample import followir_path
 
 CFG = EvaluationConfig(bootstrap_resamples=100)
@@ -38,15 +38,23 @@ def test_detects_the_benchmark_from_layout_and_views():
     assert detect_benchmark(make("r", [("a1", "a", "og", "x"), ("a2", "a", "og", "y")], [])) == "instructir"
 
 
-def test_infosearch_p_mrr_compares_the_bare_query_with_the_instructed_one():
+def test_infosearch_p_mrr_compares_the_original_instruction_with_the_changed_one():
     es = make("audience", [("a", "a", v, v) for v in ("og", "changed", "reversed")],
               [("a", "og", "d1", 1), ("a", "og", "d2", 1), ("a", "changed", "d1", 0), ("a", "changed", "d2", 1)])
-    runs = {NO_INSTRUCTION: {"a": {"d1": 0.9, "d2": 0.5, "d3": 0.1}},  # d1 first without instruction
-            "changed": {"a": {"d1": 0.1, "d2": 0.9, "d3": 0.5}}}  # ... and last with it: 1 -> 3
+    runs = {"og": {"a": {"d1": 0.9, "d2": 0.5, "d3": 0.1}},  # d1 first under the original instruction
+            "changed": {"a": {"d1": 0.1, "d2": 0.9, "d3": 0.5}}}  # ... and last under the changed one: 1 -> 3
     report = evaluate_runs(es, runs, CFG)
     assert report.benchmark == "infosearch"
     assert report.per_query[P_MRR] == {"a": pytest.approx(100 * (1 - 1 / 3))}
     assert report.per_query[NDCG_10] == {"a": pytest.approx(100.0)}  # d2, the one relevant doc, first
+
+
+def test_infosearch_ranks_its_baseline_under_the_original_instruction():
+    """As its authors' evaluator does (its "ori" run uses instruction_og), not under an empty one."""
+    es = make("audience", [("a", "a", v, f"{v} instruction") for v in ("og", "changed", "reversed")], [])
+    views = BENCHMARKS["infosearch"].views(es)
+    assert set(views) == {"og", "changed"}
+    assert views["og"] == {"a": ("q", "og instruction")}
 
 
 def test_instructir_robustness_is_the_worst_variant():

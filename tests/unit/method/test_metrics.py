@@ -16,7 +16,7 @@ from dualview_core.method.metrics import (
     NDCG_10,
     P_MRR,
     SCORE,
-    SCORE_VS_QRELS_CHANGED,
+    SCORE_MTEB1,
     followir_changed,
     infosearch_changed,
     metric_key,
@@ -164,7 +164,7 @@ def test_followir_values_score_against_og_and_against_changed_qrels():
     values = followir_values(og, changed, run_og, run_new, MAP_1000)
     assert values[P_MRR] == {"q": pytest.approx(100 * (1 - 1 / 3))}  # a falls 1 -> 3
     assert values[SCORE] == {"q": pytest.approx(100.0)}  # a, b at ranks 1, 2
-    assert values[SCORE_VS_QRELS_CHANGED] == {"q": pytest.approx(50.0)}  # b alone, at rank 2
+    assert values[SCORE_MTEB1] == {"q": pytest.approx(50.0)}  # b alone, at rank 2
 
 
 # --- other benchmarks ---------------------------------------------------------------------------
