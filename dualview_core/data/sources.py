@@ -6,7 +6,7 @@ out as a `RawRow` carrying its problem, and the caller quarantines it. Nothing i
 
 Supported sources:
 - `x.parquet`, `x.jsonl` / `x.json` (one JSON object per line);
-- a folder of such files (read in name order);
+- a folder of such files (read in name order; names starting with `_` or `.` are metadata, skipped);
 - a `datasets.save_to_disk` folder (`state.json` + Arrow stream files), or a DatasetDict folder
   (`dataset_dict.json`; its `train` split, or its only split).
 """
@@ -45,7 +45,9 @@ def _files(fs: fsspec.AbstractFileSystem, path: str, label: str) -> tuple[str, l
     if "state.json" in base:
         state = json.loads(fs.cat_file(posixpath.join(path, "state.json")))
         return "hf", [posixpath.join(path, f["filename"]) for f in state["_data_files"]]
-    data = [n for n in names if n.endswith(PARQUET + JSONL)]
+    # names starting with _ or . are metadata (a download's _manifest.json, _SUCCESS, .crc), as
+    # pyarrow's dataset discovery treats them
+    data = [n for n in names if n.endswith(PARQUET + JSONL) and not posixpath.basename(n).startswith(("_", "."))]
     kinds = {_kind_of(n) for n in data}
     if len(kinds) != 1:
         found = "no Parquet or JSONL files" if not kinds else "mixed Parquet and JSONL files"

@@ -1,4 +1,4 @@
-"""`dualview seeds …`, `dualview evalset …`, `dualview demo`, `dualview sample-path`: the data commands."""
+"""`dualview seeds …`, `dualview evalset …`, `dualview data …`, `dualview demo`, `dualview sample-path`: the data commands."""
 
 from __future__ import annotations
 
@@ -56,6 +56,30 @@ def cmd_evalset_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_data_get(args: argparse.Namespace) -> int:
+    from tasks.data.fetch import get
+
+    fetched = get(args.name, args.to, revision=args.revision, endpoint=args.hub_endpoint,
+                  storage_options=storage_options(args), docs_revision=args.docs_revision)
+    print_json({f.name: {"folder": f.folder, "repo": f.repo, "revision": f.revision, "files": len(f.files),
+                         "bytes": f.bytes, "sources": [{k: s[k] for k in ("repo", "revision")} for s in f.sources]}
+                for f in fetched})
+    return EXIT_OK
+
+
+def cmd_data_list(args: argparse.Namespace) -> int:
+    from dualview_core.evaluation.catalog import catalog
+
+    c = catalog()
+    print_json({
+        "tasks": {n: {"title": t.title, "benchmark": t.benchmark, "repo": t.source.repo, "revision": t.source.revision,
+                      **({"optional": True} if t.optional else {})} for n, t in c.tasks.items()},
+        "suites": {n: s.title for n, s in c.suites.items()},
+        "seeds": {n: {"title": s.title, "repo": s.source.repo, "revision": s.source.revision} for n, s in c.seeds.items()},
+    })
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """The main job on the embedded defaults: the whole pipeline on the bundled sample, on a temporary
     Prefect API, a local Ray, the CPU vLLM with SmolLM2, MiniLM, DeepSpeed on CPU, MLflow in SQLite."""
@@ -100,7 +124,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev_check = evalset.add_parser("check", help="load a FollowIR/InfoSearch/MAIR folder; print a summary")
     ev_check.add_argument("path")
     ev_check.set_defaults(func=cmd_evalset_check)
-    for parser in (check, select, ev_check):
+    data = sub.add_parser("data", help="the benchmark catalog and its published data").add_subparsers(dest="action", required=True)
+    data_get = data.add_parser("get", help="download a task, a suite (paper: all of them) or seed set from the hub")
+    data_get.add_argument("name", help="a catalog name: a task (robust04), a suite (followir, paper) or seeds (promptriever)")
+    data_get.add_argument("--to", required=True, help="destination folder, local or s3://; one sub-folder per task")
+    data_get.add_argument("--revision", help="a commit of the main repository instead of the catalog's pin")
+    data_get.add_argument("--docs-revision", help="a commit of MAIR's documents repository instead of the catalog's pin")
+    data_get.add_argument("--hub-endpoint", help="the hub to download from (default: $HF_ENDPOINT, else huggingface.co)")
+    data_get.set_defaults(func=cmd_data_get)
+    data.add_parser("list", help="the catalog: tasks, suites and seed sets with their sources").set_defaults(func=cmd_data_list)
+    for parser in (check, select, ev_check, data_get):
         add_endpoint_flag(parser)
 
     demo = sub.add_parser("demo", help="run the main job on the embedded defaults and bundled sample")

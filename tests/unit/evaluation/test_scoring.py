@@ -13,7 +13,7 @@ from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EvalS
 from dualview_core.evaluation.benchmarks import BENCHMARKS, detect_benchmark
 from dualview_core.evaluation.scoring import eval_set_digest, evaluate_runs
 from dualview_core.data.evalsets import load_eval_set
-from dualview_core.method.metrics import NDCG_10, NDCG_AT_10, P_MRR, ROBUSTNESS_10, SCORE
+from dualview_core.method.metrics import NDCG_10, P_MRR, ROBUSTNESS_10, SCORE
 from dualview_core.sample import followir_path
 
 CFG = EvaluationConfig(bootstrap_resamples=100)

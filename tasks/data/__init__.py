@@ -1,0 +1,1 @@
+"""Getting published data: downloads from the hub into the folders the core's loaders read."""
