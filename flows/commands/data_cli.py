@@ -68,7 +68,7 @@ def cmd_data_get(args: argparse.Namespace) -> int:
 
 
 def cmd_data_list(args: argparse.Namespace) -> int:
-    from dualview_core.evaluation.catalog import catalog
+    from dualview_core.data.catalog import catalog
 
     c = catalog()
     print_json({
@@ -97,7 +97,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"  checkpoint: {result['checkpoint']}")
     print("  MLflow UI : .venv/bin/mlflow ui --backend-store-uri " + config.tracking_uri + " --port 5000")
     print(f"              then http://127.0.0.1:5000/#/experiments/{result['mlflow_experiment_id']}/runs?workflowType=machine_learning"
-          "  (Columns: pick trained/p-MRR, trained/score, delta/p-MRR)")
+          "  (Columns: pick sample/p-MRR, sample/score, delta/sample/p-MRR)")
     print("  Prefect UI: PREFECT_HOME=.cache/prefect .venv/bin/prefect server start   (then http://127.0.0.1:4200)")
     return EXIT_OK
 

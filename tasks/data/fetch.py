@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dualview_core.data import published
-from dualview_core.evaluation.catalog import Source, catalog, suite_tasks
+from dualview_core.data.catalog import Source, catalog, suite_tasks
 from dualview_core.storage.filesystems import SourceError, filesystem, is_remote
 
 DEFAULT_ENDPOINT = "https://huggingface.co"

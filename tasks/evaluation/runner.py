@@ -35,7 +35,7 @@ from dualview_core.storage.filesystems import SourceError, filesystem, storage_d
 from tasks.progress import Progress
 
 REPORT_FILE = "report.json"
-SOURCE_FILE = "source.json"  # what `dualview data get` writes into each task's folder: task, repo, revision
+SOURCE_FILE = "_manifest.json"  # what `dualview data get` writes into each task's folder: its catalog name, repo, revision
 SCORE_CONVENTION = ("score: the og run against the original qrels, as mteb 2.x scores FollowIR; score_mteb1: "
                     "the og run against the changed qrels, as mteb 1.x did")
 EVAL_CONTEXT = "eval"  # MLflow dataset-input context
@@ -109,7 +109,7 @@ def evaluation_plan(path: str, cfg: EvaluationConfig, storage_options: dict | No
                     benchmark: str | None = None) -> tuple[Plan, dict[str, str]]:
     """(what to evaluate, task name -> its folder). With `cfg.suite`, `path` holds one folder per task
     (what `dualview data get` writes) and a missing one is refused in one line, before any encoding;
-    without, `path` is one task's folder: the catalog's task its source.json names, or a task of
+    without, `path` is one task's folder: the catalog's task its _manifest.json names, or a task of
     the user's own, scored by the family its layout shows and the default Score measure."""
     fs, root = filesystem(path, storage_options)
     base = path.rstrip("/")
@@ -125,7 +125,7 @@ def evaluation_plan(path: str, cfg: EvaluationConfig, storage_options: dict | No
 
 
 def folder_task(path: str, storage_options: dict | None = None, benchmark: str | None = None) -> Task:
-    """The task one folder holds: named in its source.json (written by `dualview data get`), else
+    """The task one folder holds: named in its _manifest.json (written by `dualview data get`), else
     the user's own, named after the folder."""
     from dualview_core.data.catalog import catalog
     from dualview_core.data.evalsets import load_eval_set
@@ -133,7 +133,7 @@ def folder_task(path: str, storage_options: dict | None = None, benchmark: str |
     fs, root = filesystem(path, storage_options)
     manifest = f"{root.rstrip('/')}/{SOURCE_FILE}"
     if fs.isfile(manifest):
-        name = json.loads(fs.cat_file(manifest)).get("task")
+        name = json.loads(fs.cat_file(manifest)).get("name")
         if name in catalog().tasks:
             return task_named(name)
     name = posixpath.basename(root.rstrip("/"))

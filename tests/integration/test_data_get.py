@@ -14,7 +14,7 @@ import pytest
 
 from dualview_core.data.evalsets import load_eval_set
 from dualview_core.data.loading import read_seeds
-from dualview_core.evaluation.catalog import catalog
+from dualview_core.data.catalog import catalog
 from flows.cli import main
 from tests.helpers.hub_server import HubServer, build_root, commit_of
 from tests.helpers.services import free_port

@@ -73,12 +73,19 @@ def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
 
     from tasks.evaluation.runner import log_evaluation
 
+    from dualview_core.data.catalog import task_named
+    from dualview_core.evaluation.benchmarks import SCORE_MEASURE
+    from dualview_core.evaluation.suites import plan, suite_report
+
     cfg = EvaluationConfig(bootstrap_resamples=200)
     reports = []
     for name in ("core17", "news21"):
-        report = evaluate_runs(eval_set(name), {"og": RUN_OG, "changed": RUN_CHANGED}, cfg)
+        es = eval_set(name)
+        es.meta[SCORE_MEASURE] = task_named(name).score
+        report = evaluate_runs(es, {"og": RUN_OG, "changed": RUN_CHANGED}, cfg)
         report.details["source"] = str(tmp_path / name)
         reports.append(report)
+    suite = suite_report(plan("followir"), {r.subset: r for r in reports}, cfg)  # robust04 not given
     # hand-computed: d1 goes 1->3 (q1: +2/3), 2->1 (q2: -1/2), 3->3 (q3: 0)
     assert reports[0].summary["p-MRR"].mean == pytest.approx(100 * (2 / 3 - 1 / 2) / 3)
 
@@ -87,7 +94,7 @@ def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
     uri = tracking.tracking_uri
     experiment = experiment_id(uri, "eval-logging")
     run_id = open_run(uri, experiment, "evaluate")
-    logged = log_evaluation(uri, run_id, reports, cfg)
+    logged = log_evaluation(uri, run_id, suite)
     assert mlflow.active_run() is None  # by id: MLflow's process-wide active run is never set
 
     runs = tracking.search_runs([experiment])
@@ -101,16 +108,17 @@ def test_metrics_tables_figure_and_lineage_read_back(tracking, tmp_path):
             assert metrics[key + "_ci_low"] <= metrics[key] <= metrics[key + "_ci_high"]
     assert metrics["followir/score"] == pytest.approx((reports[0].summary["score"].mean + reports[1].summary["score"].mean) / 2)
     assert metrics["followir/p-MRR"] == pytest.approx(reports[0].summary["p-MRR"].mean)  # same runs, same p-MRR
-    assert runs[0].data.params["followir/news21/score_measure"] == "ndcg_cut_5"
-    assert runs[0].data.params["followir/core17/score_measure"] == "map_cut_1000"
+    assert runs[0].data.params["eval/news21/score_measure"] == "ndcg_cut_5"
+    assert runs[0].data.params["eval/core17/score_measure"] == "map_cut_1000"
+    assert runs[0].data.params["eval/suite"] == "followir" and "mteb 1.x" in runs[0].data.params["eval/score_convention"]
 
     inputs = {d.dataset.name: d for d in runs[0].inputs.dataset_inputs}
     assert {n: d.dataset.digest for n, d in inputs.items()} == {f"followir/{r.subset}": r.digest for r in reports}
     assert {t.value for d in inputs.values() for t in d.tags if t.key == "mlflow.data.context"} == {"eval"}
 
     artifacts = {a.path for a in tracking.list_artifacts(run_id, "evaluation")}
-    assert artifacts == {"evaluation/ci.png", "evaluation/followir_core17_per_query.json", "evaluation/followir_news21_per_query.json"}
-    table = json.loads(Path(tracking.download_artifacts(run_id, "evaluation/followir_core17_per_query.json", str(tmp_path))).read_text())
+    assert artifacts == {"evaluation/ci.png", "evaluation/core17_per_query.json", "evaluation/news21_per_query.json"}
+    table = json.loads(Path(tracking.download_artifacts(run_id, "evaluation/core17_per_query.json", str(tmp_path))).read_text())
     rows = {row[0]: dict(zip(table["columns"], row)) for row in table["data"]}
     assert rows["q1"]["p-MRR"] == pytest.approx(100 * 2 / 3) and rows["q2"]["p-MRR"] == pytest.approx(-50.0)
 
@@ -127,7 +135,10 @@ def test_evaluation_logs_by_id_into_a_run_opened_in_another_thread(tracking):
     uri = tracking.tracking_uri
     experiment = experiment_id(uri, "eval-logging-threads")
     run_id = open_run(uri, experiment, "evaluate")
-    report = evaluate_runs(eval_set("core17"), {"og": RUN_OG, "changed": RUN_CHANGED}, EvaluationConfig(bootstrap_resamples=50))
+    from dualview_core.evaluation.suites import plan, suite_report
+
+    cfg = EvaluationConfig(bootstrap_resamples=50)
+    report = suite_report(plan("followir"), {"core17": evaluate_runs(eval_set("core17"), {"og": RUN_OG, "changed": RUN_CHANGED}, cfg)}, cfg)
     worker = threading.Thread(target=log_evaluation, args=(uri, run_id, report))
     worker.start()
     worker.join()
@@ -146,7 +157,8 @@ def test_cli_evaluate_logs_what_it_prints(tracking, capsys):
     assert code == 0
     experiment = tracking.get_experiment_by_name("cli-evaluate")
     (run,) = tracking.search_runs([experiment.experiment_id])
+    assert printed["metrics"] and all(k.startswith("sample/") for k in printed["metrics"])
     for metric, values in printed["metrics"].items():
-        assert run.data.metrics[f"followir/followir-sample/{metric}"] == pytest.approx(values["value"])
-        assert run.data.metrics[f"followir/followir-sample/{metric}_ci_high"] == pytest.approx(values["ci_high"])
-    assert run.inputs.dataset_inputs[0].dataset.digest == printed["digest"]
+        assert run.data.metrics[metric] == pytest.approx(values["value"])
+        assert run.data.metrics[f"{metric}_ci_high"] == pytest.approx(values["ci_high"])
+    assert run.inputs.dataset_inputs[0].dataset.digest == printed["tasks"]["sample"]["digest"]

@@ -103,7 +103,7 @@ def test_evaluate_on_the_sample_prints_intervals_and_score_reproduces_it(capsys,
     code, out, _ = cli(capsys, "evaluate", "--model", "minilm", "--eval-set", sample, "--out", tmp_path / "ev",
                          "--max-length", "256", "--resamples", "200")
     assert code == 0
-    assert out["suite"] == "sample"  # the sample's source.json names its catalog task
+    assert out["suite"] == "sample"  # the sample's _manifest.json names its catalog task
     assert list(out["metrics"]) == ["sample/p-MRR", "sample/score", "sample/score_mteb1"]
     for metric in out["metrics"].values():
         assert metric["ci_low"] <= metric["value"] <= metric["ci_high"] and metric["queries"] == 23
