@@ -12,7 +12,7 @@ services; the measures themselves live in `metrics`.
 - InfoSearch: a run under the original instruction and one under the changed instruction, as its
   authors' evaluator ranks them; p-MRR on documents relevant under qrels_og and not under
   qrels_changed; nDCG@10 of the changed run against qrels_changed.
-- MAIR: nDCG@10 of the og run (reported as `ndcg@10`); splits combine weighted by size.
+- MAIR: nDCG@10 of the og run (reported as `ndcg@10`); a task's splits are pooled by query.
 - InstructIR: nDCG@10 per instruction variant and robustness@10, the worst variant per query group.
 """
 
@@ -43,6 +43,7 @@ from dualview_core.method.metrics import (
 ViewQueries = dict[str, tuple[str, str]]
 PerQuery = dict[str, dict[str, float]]  # metric -> query_id -> value (×100)
 SCORE_MEASURE = "score_measure"  # EvalSet.meta key: the task's Score measure (from the catalog)
+BASELINE = "baseline"  # EvalSet.meta key: the instruction the baseline run is asked under, og or none
 
 
 def scaled(values: Mapping[str, float]) -> dict[str, float]:
@@ -65,7 +66,6 @@ class Benchmark:
     views: Callable[[EvalSet], dict[str, ViewQueries]]  # run name -> the queries asked
     values: Callable[[EvalSet, dict[str, Run], EvaluationConfig], PerQuery]
     headline: tuple[str, ...]  # what the CLI prints and the figure shows, in order
-    weighted: bool = False  # combine subsets weighted by size (MAIR) or plainly (FollowIR)
     details: Callable[[EvalSet, dict[str, Run], EvaluationConfig], dict] = lambda es, runs, cfg: {}
 
 
@@ -86,7 +86,12 @@ def _followir_details(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) 
 
 
 def _og_and_changed(es: EvalSet) -> dict[str, ViewQueries]:
-    return {v: es.queries_for(v) for v in (View.OG.value, View.CHANGED.value)}
+    """The baseline run (`og`) and the changed one. The baseline is asked under the original
+    instruction unless the catalog says `baseline: none` (`BASELINE` in the eval set's meta)."""
+    views = {v: es.queries_for(v) for v in (View.OG.value, View.CHANGED.value)}
+    if es.meta.get(BASELINE) == "none":
+        views[View.OG.value] = {q: (query, "") for q, (query, _) in views[View.OG.value].items()}
+    return views
 
 
 def _infosearch(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> PerQuery:
@@ -116,7 +121,7 @@ def _instructir(es: EvalSet, runs: dict[str, Run], cfg: EvaluationConfig) -> Per
 BENCHMARKS: dict[str, Benchmark] = {
     "followir": Benchmark("followir", _og_and_changed, _followir, (P_MRR, SCORE, SCORE_MTEB1), details=_followir_details),
     "infosearch": Benchmark("infosearch", _og_and_changed, _infosearch, (P_MRR, NDCG_10)),
-    "mair": Benchmark("mair", _og_only, _mair, (NDCG_AT_10,), weighted=True),
+    "mair": Benchmark("mair", _og_only, _mair, (NDCG_AT_10,)),
     "instructir": Benchmark("instructir", _og_only, _instructir, (ROBUSTNESS_10, NDCG_10)),
 }
 

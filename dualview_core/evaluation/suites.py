@@ -28,6 +28,8 @@ from dualview_core.evaluation.stats import Interval, bootstrap_ci
 from dualview_core.keys import digest
 
 PerQuery = dict[str, float]
+SCORE_CONVENTION = ("score: the og run against the original qrels, as mteb 2.x scores FollowIR; score_mteb1: "
+                    "the og run against the changed qrels, as mteb 1.x did")
 
 
 @dataclass(frozen=True)
@@ -151,4 +153,5 @@ def suite_report(p: Plan, reports: Mapping[str, EvalReport], cfg: EvaluationConf
                 key = part.key(metric)
                 groups[key] = [reports[t.name].per_query.get(metric, {}) for t in done]
                 summary[key] = _macro(groups[key], cfg)
-    return SuiteReport(p.name, dict(reports), summary, per_query, groups, p.columns(), dict(details or {}))
+    details = {"score_convention": SCORE_CONVENTION, "query_template": cfg.query_template, **(details or {})}
+    return SuiteReport(p.name, dict(reports), summary, per_query, groups, p.columns(), details)

@@ -72,7 +72,8 @@ def cmd_data_list(args: argparse.Namespace) -> int:
 
     c = catalog()
     print_json({
-        "tasks": {n: {"title": t.title, "benchmark": t.benchmark, "repo": t.source.repo, "revision": t.source.revision,
+        "tasks": {n: {"title": t.title, "benchmark": t.benchmark, **({"repo": t.source.repo, "revision": t.source.revision}
+                                                                      if t.source else {"bundled": True}),
                       **({"optional": True} if t.optional else {})} for n, t in c.tasks.items()},
         "suites": {n: s.title for n, s in c.suites.items()},
         "seeds": {n: {"title": s.title, "repo": s.source.repo, "revision": s.source.revision} for n, s in c.seeds.items()},

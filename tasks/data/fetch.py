@@ -61,6 +61,10 @@ def entries(name: str) -> list[tuple[str, Source]]:
     c = catalog()
     if name in c.seeds:
         return [(name, c.seeds[name].source)]
+    unpublished = [t for t in suite_tasks(name) if c.tasks[t].source is None]
+    if unpublished:  # the bundled sample: `dualview sample-path followir` says where it is
+        raise SourceError(f"{', '.join(unpublished)}: not published on the hub (it ships with dualview; "
+                          "`dualview sample-path followir` prints its folder)")
     return [(task, c.tasks[task].source) for task in suite_tasks(name)]
 
 

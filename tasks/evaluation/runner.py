@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.data.catalog import Task, task_named
-from dualview_core.evaluation.benchmarks import SCORE_MEASURE, detect_benchmark
+from dualview_core.evaluation.benchmarks import BASELINE, SCORE_MEASURE, detect_benchmark
 from dualview_core.evaluation.retrieval import SharedDocuments
 from dualview_core.evaluation.scoring import evaluate_model
 from dualview_core.evaluation.suites import Plan, SuiteReport, plan, single_task_plan, suite_report
@@ -36,8 +36,6 @@ from tasks.progress import Progress
 
 REPORT_FILE = "report.json"
 SOURCE_FILE = "_manifest.json"  # what `dualview data get` writes into each task's folder: its catalog name, repo, revision
-SCORE_CONVENTION = ("score: the og run against the original qrels, as mteb 2.x scores FollowIR; score_mteb1: "
-                    "the og run against the changed qrels, as mteb 1.x did")
 EVAL_CONTEXT = "eval"  # MLflow dataset-input context
 
 
@@ -161,6 +159,7 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
         load = loads[task.name]
         es = load.eval_set
         es.meta[SCORE_MEASURE] = task.score or cfg.default_score_measure
+        es.meta[BASELINE] = task.baseline
         if progress is not None:
             progress(f"{label}: {model} on {task.name} ({es.corpus.num_rows} docs, {es.queries.num_rows} query rows)")
         task_cfg = cfg if task.query_template is None else cfg.model_copy(update={"query_template": task.query_template})
@@ -168,8 +167,7 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
         report.details.update(source=folders.get(task.name, eval_set_path), quarantined=load.quarantined,
                               dropped=load.dropped(), query_template=task_cfg.query_template, task=task.name)
         reports[task.name] = report
-    details = {"data": eval_set_path, "query_template": cfg.query_template, "score_convention": SCORE_CONVENTION,
-               "documents_encoded": shared.encoded}
+    details = {"data": eval_set_path, "query_template": cfg.query_template, "documents_encoded": shared.encoded}
     report = suite_report(p, reports, cfg, details)
     if out_dir:
         write_outputs(report, out_dir, {"model": model, "config": cfg.model_dump()}, storage_options)

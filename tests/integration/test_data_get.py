@@ -28,7 +28,7 @@ UNPINNED = {"infosearch-length": "jianqunZ/Length-v1", "ifeval": "MAIR-Bench/MAI
 
 def _pins() -> dict[str, list[str]]:
     c = catalog()
-    sources = [t.source for t in c.tasks.values()] + [s.source for s in c.seeds.values()]
+    sources = [t.source for t in c.tasks.values() if t.source] + [s.source for s in c.seeds.values()]
     sources += [s.docs for s in sources if s.docs is not None]
     out: dict[str, list[str]] = {}
     for s in sources:

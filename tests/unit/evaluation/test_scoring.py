@@ -10,7 +10,7 @@ import pytest
 
 from dualview_core.config import EvaluationConfig
 from dualview_core.contracts import EVAL_CORPUS, EVAL_QRELS, EVAL_QUERIES, EvalSet
-from dualview_core.evaluation.benchmarks import BENCHMARKS, detect_benchmark
+from dualview_core.evaluation.benchmarks import BASELINE, BENCHMARKS, detect_benchmark
 from dualview_core.evaluation.scoring import eval_set_digest, evaluate_runs
 from dualview_core.data.evalsets import load_eval_set
 from dualview_core.method.metrics import NDCG_10, P_MRR, ROBUSTNESS_10, SCORE
@@ -55,6 +55,8 @@ def test_infosearch_ranks_its_baseline_under_the_original_instruction():
     views = BENCHMARKS["infosearch"].views(es)
     assert set(views) == {"og", "changed"}
     assert views["og"] == {"a": ("q", "og instruction")}
+    es.meta[BASELINE] = "none"  # a catalog task may ask for the bare query instead
+    assert BENCHMARKS["infosearch"].views(es)["og"] == {"a": ("q", "")}
 
 
 def test_instructir_robustness_is_the_worst_variant():
