@@ -167,7 +167,9 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
         report.details.update(source=folders.get(task.name, eval_set_path), quarantined=load.quarantined,
                               dropped=load.dropped(), query_template=task_cfg.query_template, task=task.name)
         reports[task.name] = report
-    details = {"data": eval_set_path, "query_template": cfg.query_template, "documents_encoded": shared.encoded}
+    dropped = {name: loads[name].dropped() for name in reports if loads[name].quarantined}
+    details = {"data": eval_set_path, "query_template": cfg.query_template, "documents_encoded": shared.encoded,
+               "quarantined": sum(loads[name].quarantined for name in reports), "dropped": dropped}
     report = suite_report(p, reports, cfg, details)
     if out_dir:
         write_outputs(report, out_dir, {"model": model, "config": cfg.model_dump()}, storage_options)

@@ -140,7 +140,8 @@ def test_dropped_judgments_are_reported_and_strict_refuses_them(followir_copy, c
     base = ["evaluate", "--model", "minilm", "--eval-set", str(followir_copy), "--max-length", "64", "--resamples", "0"]
     code, out, err = _cli_json(capsys, *base)
     assert code == 0 and out["details"]["quarantined"] == 1
-    assert out["details"]["dropped"] == {"qrels_og": {"rows": 1, "reasons": {"wrong_type": 1}}}
+    assert out["details"]["dropped"] == {"sample": {"qrels_og": {"rows": 1, "reasons": {"wrong_type": 1}}}}
+    assert out["tasks"]["sample"]["details"]["quarantined"] == 1
     assert "quarantined and left out of the metrics" in err
     code, _, err = _cli_json(capsys, *base, "--strict")
     assert code == 2 and "qrels_og: 1 (wrong_type 1)" in _one_line(err)
