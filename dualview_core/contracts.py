@@ -92,10 +92,16 @@ SYNTHESIS_RECORD = pa.schema(
         pa.field("query_id", pa.string(), nullable=True),
         pa.field("query", pa.string(), nullable=True),
         pa.field("original_instruction", pa.string(), nullable=True),
+        # Version 3: what the model wrote before its answer block (its reasoning, <think> included),
+        # and the first content guard the parsed instruction breaks, whatever the run's filtering
+        # policy (null: it breaks none, or there is no instruction).
+        pa.field("reasoning", pa.string(), nullable=True),
+        pa.field("guard", pa.string(), nullable=True),
     ],
-    metadata={"contract": "SynthesisRecord/2"},
+    metadata={"contract": "SynthesisRecord/3"},
 )
 SYNTHESIS_RECORD_V2_COLUMNS = ("query_id", "query", "original_instruction")
+SYNTHESIS_RECORD_V3_COLUMNS = ("reasoning", "guard")
 
 DUAL_VIEW_ROW = pa.schema(
     [
@@ -106,11 +112,12 @@ DUAL_VIEW_ROW = pa.schema(
         pa.field("instruction", pa.string(), nullable=False),  # I_new
         pa.field("original_instruction", pa.string(), nullable=False),
         pa.field("positive", PASSAGE, nullable=False),  # N*
-        pa.field("negatives", PASSAGES, nullable=False),  # [P+] + the rest, old positive first
+        pa.field("instruction_negatives", PASSAGES, nullable=False),  # [P+] + the other N_i, old positive first
+        pa.field("negatives", PASSAGES, nullable=False),  # the seed's ordinary negatives
         pa.field("prompt_version", pa.string(), nullable=False),
         pa.field("model_id", pa.string(), nullable=False),
     ],
-    metadata={"contract": "DualViewRow/1"},
+    metadata={"contract": "DualViewRow/2"},
 )
 
 # --- evaluation sets ----------------------------------------------------------------------------
@@ -269,9 +276,10 @@ class ContractError(ValueError):
 
 
 def upgrade_synthesis_record(table: pa.Table) -> pa.Table:
-    """A SynthesisRecord/1 table with version 2's columns added as nulls (a no-op on version 2), so
-    answers paid for under the old contract stay in the cache. Conform the result as usual."""
-    for name in SYNTHESIS_RECORD_V2_COLUMNS:
+    """A SynthesisRecord/1 or /2 table with the later versions' columns added as nulls (a no-op on
+    version 3), so answers paid for under an old contract stay in the cache. Conform the result as
+    usual. (An old record's guard verdict is in its rejection; `records.under_policy` reads it there.)"""
+    for name in SYNTHESIS_RECORD_V2_COLUMNS + SYNTHESIS_RECORD_V3_COLUMNS:
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows, SYNTHESIS_RECORD.field(name).type))
     return table

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-POLARITY_REVERSAL = "polarity_reversal.md"
+POLARITY_REVERSAL = "polarity_reversal.md"  # compact: the answer only, for small models
+POLARITY_REVERSAL_PAPER = "polarity_reversal_paper.md"  # the paper's: five reasoning steps, then the answer
 VERIFICATION = "verification.md"  # the optional second pass (dualview_core/synthesis/verdicts.py)
+
+# The polarity-reversal prompts a run may choose (`synthesis.prompt`), by name.
+REVERSAL_PROMPTS = {"paper": POLARITY_REVERSAL_PAPER, "compact": POLARITY_REVERSAL}
 
 
 def load(name: str = POLARITY_REVERSAL) -> str:

@@ -37,6 +37,10 @@ class SamplingConfig(ConfigModel):
         1024, gt=0, description="Room for the answer (and any reasoning before it). Too small truncates answers."
     )
     repetition_penalty: float = Field(1.0, gt=0, description=">1 discourages loops; tiny models need it.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling: keep the smallest set of tokens whose "
+                         "probabilities add up to this (1 = off).")
+    top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens only (0 = off).")
+    min_p: float = Field(0.0, ge=0, le=1, description="Drop tokens less likely than this times the top token (0 = off).")
     stop: tuple[str, ...] = Field((), description="Stop strings; with a prefill, stop at the closing tag.")
     prefill: str = Field(
         "",
@@ -46,10 +50,33 @@ class SamplingConfig(ConfigModel):
     seed: int = Field(0, description="Sampling seed, for temperature > 0.")
 
     def engine_params(self) -> dict:
-        """The parameters an engine receives (the prefill is part of the messages, not of these)."""
+        """The parameters an engine receives (the prefill is part of the messages, not of these). The
+        truncation knobs go only where set, so a server that does not know top_k is not sent one."""
         params = {"temperature": self.temperature, "max_tokens": self.max_tokens,
                   "repetition_penalty": self.repetition_penalty, "seed": self.seed}
+        params |= {k: v for k, v in self.truncation().items()}
         return params | ({"stop": list(self.stop)} if self.stop else {})
+
+    def truncation(self) -> dict:
+        """top_p, top_k and min_p where they differ from off."""
+        off = {"top_p": 1.0, "top_k": 0, "min_p": 0.0}
+        return {k: getattr(self, k) for k, v in off.items() if getattr(self, k) != v}
+
+    def key(self) -> dict:
+        """What the cache key holds of these settings: every field, the truncation knobs only where set,
+        so that adding them left the keys of earlier runs, and their cached answers, as they were."""
+        return self.model_dump(mode="json", exclude={"top_p", "top_k", "min_p"}) | self.truncation()
+
+
+def prompt_sampling(prompt: str) -> SamplingConfig:
+    """The decoding a prompt gets unless a profile says otherwise. The compact prompt's suits the tiny
+    CPU model: greedy, a prefill that opens the answer, stops at its end or at a blank line, room for
+    one or two sentences. The paper's: no prefill (the reply reasons first), a stop after the answer
+    block, room for the reasoning."""
+    if prompt == "paper":
+        return SamplingConfig(max_tokens=2048, stop=("</answer>",))
+    return SamplingConfig(max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
+                          stop=("</new_instruction>", "</answer>", "\n\n"))
 
 
 class VLLMEngineConfig(ConfigModel):
@@ -180,6 +207,15 @@ class RayJobConfig(ConfigModel):
 class SynthesisConfig(ConfigModel):
     """Polarity-reversal synthesis: which engine, how to decode, what to accept."""
 
+    prompt: Literal["paper", "compact"] = Field(
+        "compact", description="Which polarity-reversal prompt: 'paper' (prompts/polarity_reversal_paper.md: the "
+        "model reasons through five steps, then answers; needs a capable model and room in max_tokens for the "
+        "reasoning) or 'compact' (prompts/polarity_reversal.md: the answer only, with an example; for small models)."
+    )
+    rationale: str = Field(
+        "", description="Why this prompt and sampling were chosen, in a sentence: recorded in the run's summary "
+        "and its MLflow params next to them."
+    )
     engine: Literal["vllm", "openai", "plugin"] = Field(
         "vllm", description="Which engine writes the instructions: vLLM through Ray Data, any OpenAI-compatible "
         "endpoint, or a plugin named in `plugin` (controlled benchmarks use one that knows the answers).",
@@ -188,17 +224,20 @@ class SynthesisConfig(ConfigModel):
     openai: OpenAIEngineConfig = Field(default_factory=OpenAIEngineConfig)
     plugin: PluginEngineConfig = Field(default_factory=PluginEngineConfig)
     sampling: SamplingConfig = Field(
-        default_factory=lambda: SamplingConfig(
-            max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
-            stop=("</new_instruction>", "</answer>", "\n\n"),
-        ),
-        description="Defaults suit the tiny CPU model; profiles/cluster.yaml has the 80B model's.",
+        default_factory=lambda: prompt_sampling("compact"),
+        description="Defaults suit the tiny CPU model and the compact prompt; profiles/cluster.yaml has the 80B "
+        "model's for the paper's prompt.",
     )
     guards: GuardConfig = Field(default_factory=GuardConfig)
-    verify: bool = Field(
-        False, description="A second call per accepted row asking the model whether the new positive meets "
-        "I_new, the old positive breaks it, and I_new stays on the query's topic; rows it does not confirm "
-        "are rejected (unverified). Roughly doubles the cost of accepted rows; cached like the first pass.",
+    filtering: Literal["none", "guards", "verify"] = Field(
+        "guards", description="Which rows an answer's checks may drop. 'none' (the paper's choice): only replies "
+        "with no parseable answer, None, a truncated reply or a failed call; 'guards': also the content guards "
+        "(length, sentences, a copy of the query, talk about the task, near copies of the original instruction); "
+        "'verify': the guards, then a second call per accepted row asking the model whether the new positive meets "
+        "I_new, the old positive breaks it, and I_new stays on the query's topic (rows it does not confirm are "
+        "rejected as unverified; roughly doubles the cost of accepted rows; cached like the first pass). The guards' "
+        "verdicts are stored in every record whatever the policy, so a 'none' run still reports what each would "
+        "have rejected; changing the policy re-judges the cached answers without a call.",
     )
     verify_sampling: SamplingConfig = Field(
         default_factory=lambda: SamplingConfig(max_tokens=48, repetition_penalty=1.15, prefill="<verdict>",
@@ -238,6 +277,13 @@ class SynthesisConfig(ConfigModel):
     model_cache_dir: str = Field(".cache/models", description="Where packaged models are converted and cached.")
 
     @model_validator(mode="after")
+    def _reasoning_first(self) -> SynthesisConfig:
+        if self.prompt == "paper" and self.sampling.prefill:
+            raise ValueError(f"the paper's prompt asks for reasoning before the answer, and a prefill "
+                             f"({self.sampling.prefill!r}) makes the reply start with the answer: set sampling.prefill to ''")
+        return self
+
+    @model_validator(mode="after")
     def _one_driver(self) -> SynthesisConfig:
         if self.ray_job is not None and self.ray_address is not None:
             raise ValueError("ray_job runs the driver inside the cluster, which it joins by itself: leave ray_address "
@@ -246,3 +292,8 @@ class SynthesisConfig(ConfigModel):
 
     def model_id(self) -> str:
         return {"vllm": self.vllm.model, "openai": self.openai.model, "plugin": self.plugin.model_id}[self.engine]
+
+    @property
+    def verify(self) -> bool:
+        """Whether the run asks the verification pass (filtering 'verify')."""
+        return self.filtering == "verify"

@@ -5,7 +5,11 @@ Given a seed (q, I, P+, negatives, instruction negatives N1..Nk), target j and I
     query       = q                      (unchanged)
     instruction = I_new
     positive    = N_j                    (the instruction negative becomes the answer)
-    negatives   = [P+] + [N_i, i != j] + negatives   (old positive first; other N_i stay negatives)
+    instruction_negatives = [P+] + [N_i, i != j]   (old positive first; the other N_i keep their role)
+    negatives   = the seed's ordinary negatives
+
+The other N_i stay instruction negatives, as the paper keeps them: its prompt asks the LLM to write
+I_new so that they remain excluded, while N_j becomes included.
 
 Owns that construction and the dual view's key. It does not know how I_new was obtained.
 """
@@ -36,7 +40,8 @@ def make_dual_view(seed: Mapping, instruction: str, *, target_index: int = 0, pr
         "instruction": instruction,
         "original_instruction": seed["instruction"],
         "positive": dict(target),
-        "negatives": [dict(p) for p in list(seed["positives"]) + negatives_i + list(seed["negatives"])],
+        "instruction_negatives": [dict(p) for p in list(seed["positives"]) + negatives_i],
+        "negatives": [dict(p) for p in seed["negatives"]],
         "prompt_version": prompt_version,
         "model_id": model_id,
     }

@@ -51,6 +51,8 @@ class Parsed:
 
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
+_THINK_END = re.compile(r"</think>", re.I)  # a thinking model whose chat template opened <think> itself
+_ANSWER_OPEN = re.compile(r"<answer>", re.I)
 _ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S | re.I)
 _NEW_OPEN = re.compile(r"<new_instruction>", re.I)
 _NEW_CLOSE = re.compile(r"</new_instruction>|</answer>", re.I)
@@ -66,10 +68,28 @@ def clean(text: str) -> str:
     return text.strip().strip('"“”\'`').strip()
 
 
+def _after_thinking(raw: str) -> str:
+    """The reply without its thinking: <think> blocks, and all before a closing </think> whose
+    opening tag was in the prompt."""
+    text = _THINK.sub("", raw)
+    ends = list(_THINK_END.finditer(text))
+    return text[ends[-1].end():] if ends else text
+
+
+def reasoning(raw: str | None) -> str | None:
+    """What a reply says before its last answer block: the reasoning a prompt asks for first (and a
+    thinking model's thoughts), kept in the record and never part of the instruction. None when the
+    reply opens with its answer, or has no answer block."""
+    opens = list(_ANSWER_OPEN.finditer(raw or ""))
+    if not opens:
+        return None
+    return raw[: opens[-1].start()].strip() or None
+
+
 def parse(raw: str | None) -> Parsed:
     if not raw:
         return Parsed(None, Rejection.NO_ANSWER)
-    text = _FENCE.sub("", _THINK.sub("", raw))
+    text = _FENCE.sub("", _after_thinking(raw))
     answers = _ANSWER.findall(text)
     if not answers and "<new_instruction>" in text.lower():
         answers = [text]  # the <answer> wrapper was dropped but the inner tag is there
@@ -130,6 +150,11 @@ def sentence_count(text: str) -> int:
 def similarity(a: str, b: str) -> float:
     """Word-sequence similarity in [0, 1] (difflib's ratio over lower-cased words)."""
     return difflib.SequenceMatcher(None, a.lower().split(), b.lower().split(), autojunk=False).ratio()
+
+
+# What `guard` may return: the content rules a filtering policy may apply or waive.
+GUARDS = frozenset({Rejection.EMPTY, Rejection.CHATTER, Rejection.TOO_LONG, Rejection.SAME_AS_QUERY, Rejection.META,
+                    Rejection.TOO_SIMILAR})
 
 
 def guard(instruction: str, original_instruction: str, query: str, cfg: GuardConfig = GuardConfig()) -> Rejection | None:

@@ -48,7 +48,22 @@ def passage_text(p: Mapping) -> str:
     return f"{title}\n{as_data(p['text'])}" if title else as_data(p["text"])
 
 
-def render_fields(query: str, instruction: str, positive: Mapping, target: Mapping, others: Sequence[Mapping]) -> str:
+PROMPTS = tuple(prompts.REVERSAL_PROMPTS)  # the names `synthesis.prompt` accepts
+COMPACT, PAPER = "compact", "paper"
+
+
+def render_fields(query: str, instruction: str, positive: Mapping, target: Mapping, others: Sequence[Mapping],
+                  prompt: str = COMPACT) -> str:
+    """The user message: the labels each template names, the passages as data."""
+    if prompt == PAPER:  # the remaining instruction negatives as a numbered list, as its Inputs say
+        listed = "\n\n".join(f"{i}. {passage_text(p)}" for i, p in enumerate(others, 1)) if others else "(none)"
+        return (
+            f"QUERY: {as_data(query)}\n"
+            f"ORIGINAL INSTRUCTION: {as_data(instruction)}\n\n"
+            f"POSITIVE PASSAGE:\n{passage_text(positive)}\n\n"
+            f"TARGET PASSAGE:\n{passage_text(target)}\n\n"
+            f"REMAINING INSTRUCTION NEGATIVES:\n{listed}"
+        )
     others_text = "\n\n".join(f"- {passage_text(p)}" for p in others) if others else "(none)"
     return (
         f"QUERY: {as_data(query)}\n"
@@ -59,16 +74,24 @@ def render_fields(query: str, instruction: str, positive: Mapping, target: Mappi
     )
 
 
-def render(seed: Mapping, target_index: int, template: str) -> list[Message]:
-    """Chat messages for making instruction negative `target_index` of `seed` the positive."""
+def render(seed: Mapping, target_index: int, template: str, prompt: str = COMPACT) -> list[Message]:
+    """Chat messages for making instruction negative `target_index` of `seed` the positive, with the
+    fields laid out as template `prompt` (a name in PROMPTS) expects them."""
     negatives_i = list(seed["instruction_negatives"])
     target = negatives_i.pop(target_index)
-    fields = render_fields(seed["query"], seed["instruction"], seed["positives"][0], target, negatives_i)
+    fields = render_fields(seed["query"], seed["instruction"], seed["positives"][0], target, negatives_i, prompt)
     return [{"role": "system", "content": template}, {"role": "user", "content": fields}]
 
 
+def template_named(prompt: str) -> str:
+    """The text of the polarity-reversal template `prompt` ('paper' or 'compact')."""
+    if prompt not in prompts.REVERSAL_PROMPTS:
+        raise ValueError(f"unknown prompt {prompt!r}; expected one of {', '.join(PROMPTS)}")
+    return prompts.load(prompts.REVERSAL_PROMPTS[prompt])
+
+
 def default_template() -> str:
-    return prompts.load()
+    return template_named(COMPACT)
 
 
 def with_prefill(messages: list[dict], sampling: SamplingConfig) -> list[dict]:

@@ -8,12 +8,12 @@ how negatives are sampled (`negatives`) or how text is encoded.
 
     seed       (q, I,     P+, negatives, instruction negatives N1..Nk)
                -> TrainingRow(q, I,     positive=P+, instruction_negatives=(N1..Nk), negatives)
-    dual view  (q, I_new, N*, [P+] + other N_i + negatives)
-               -> TrainingRow(q, I_new, positive=N*, instruction_negatives=(P+,), other N_i + negatives)
+    dual view  (q, I_new, N*, instruction negatives [P+] + other N_i, negatives)
+               -> TrainingRow(q, I_new, positive=N*, instruction_negatives=(P+, other N_i), negatives)
 
-For a dual view the old positive is the instruction negative: on topic, and wrong only because of
-the instruction. The other N_i stay ordinary (sampled) negatives, because nothing says whether they
-break I_new — they may even satisfy it (see the related work on false negatives after promotion).
+For a dual view the old positive is the first instruction negative: on topic, and wrong only because
+of the instruction. The other N_i keep their role, as in the paper: the synthesis prompt asks for an
+I_new under which they stay excluded, so they are kept (never sampled away) in both views.
 """
 
 from __future__ import annotations
@@ -74,10 +74,10 @@ def from_seed(row: Mapping) -> TrainingRow:
 
 
 def from_dual_view(row: Mapping) -> TrainingRow:
-    """A DUAL_VIEW_ROW dict -> its training row; the old positive (first negative) is kept first."""
-    negatives = _passages(row["negatives"])
-    if not negatives:
-        raise ValueError(f"dual view {row['dual_view_key']} has no negatives; the old positive should lead them")
+    """A DUAL_VIEW_ROW dict -> its training row; the old positive leads the instruction negatives."""
+    forced = _passages(row["instruction_negatives"])
+    if not forced:
+        raise ValueError(f"dual view {row['dual_view_key']} has no instruction negatives; the old positive should lead them")
     return TrainingRow(
         key=row["dual_view_key"],
         source=Source.DUAL_VIEW,
@@ -86,8 +86,8 @@ def from_dual_view(row: Mapping) -> TrainingRow:
         query=row["query"],
         instruction=row["instruction"],
         positive=_passages([row["positive"]])[0],
-        instruction_negatives=negatives[:1],
-        negatives=negatives[1:],
+        instruction_negatives=forced,
+        negatives=_passages(row["negatives"]),
         original_instruction=row["original_instruction"],
     )
 

@@ -22,7 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dualview_core.keys import canonical_json, digest
-from dualview_core.method.parsing import Parsed, Rejection
+from dualview_core.method.parsing import GUARDS, Parsed, Rejection, reasoning
+
+_GUARD_VALUES = frozenset(g.value for g in GUARDS)
 
 
 def cache_key(seed_key: str, target_index: int, prompt_version: str, model_id: str, sampling: Mapping) -> str:
@@ -82,10 +84,39 @@ def seed_fields(seed: Mapping) -> dict:
     return {"query_id": seed["query_id"], "query": seed["query"], "original_instruction": seed["instruction"]}
 
 
+FILTERING = ("none", "guards", "verify")  # the policies a run may choose (`synthesis.filtering`)
+
+
+def guard_verdict(rec: Mapping) -> str | None:
+    """The first content guard a record's instruction breaks (a version-2 record keeps it in its rejection)."""
+    verdict = rec.get("guard")
+    return rec["rejection"] if verdict is None and rec["rejection"] in _GUARD_VALUES else verdict
+
+
+def under_policy(rec: Mapping, filtering: str, geometry: bool = False) -> str | None:
+    """A record's rejection under filtering policy `filtering`: 'none' waives the content guards (only
+    failures, unparseable replies, None and the geometry filter when on drop a row), 'guards' and
+    'verify' apply them. Idempotent, so a cached record judged under one policy reads right under
+    another; a version-2 record (no `guard` column) has its guard verdict in its rejection."""
+    rejection, verdict = rec["rejection"], guard_verdict(rec)
+    if rejection is not None and rejection != verdict:
+        return rejection  # not the guards' doing: it stands whatever the policy
+    if filtering != "none":
+        return verdict
+    delta = rec.get("geometry_delta")
+    return Rejection.GEOMETRY.value if geometry and delta is not None and delta <= 0 else None
+
+
 def record(item: WorkItem, result: EngineResult, parsed: Parsed, *, prompt_version: str, model_id: str,
-           sampling: Mapping, geometry_delta: float | None = None) -> dict:
-    """A SYNTHESIS_RECORD dict. Engine failures are recorded too; transient ones are retried later."""
-    rejection = error_rejection(result.error) if result.error else _truncated(result, sampling) or parsed.rejection
+           sampling: Mapping, geometry_delta: float | None = None, guard: Rejection | None = None,
+           filtering: str = "guards") -> dict:
+    """A SYNTHESIS_RECORD dict. Engine failures are recorded too; transient ones are retried later.
+    `parsed` is the reply as parsed; `guard`, the first content guard its instruction breaks, is
+    stored whatever the policy and becomes the rejection unless `filtering` is 'none'."""
+    failed = error_rejection(result.error) if result.error else _truncated(result, sampling)
+    rejection = failed or parsed.rejection
+    if rejection is None and guard is not None and filtering != "none":
+        rejection = guard
     return {
         "cache_key": item.cache_key,
         "seed_key": item.seed["seed_key"],
@@ -102,6 +133,8 @@ def record(item: WorkItem, result: EngineResult, parsed: Parsed, *, prompt_versi
         "latency_s": result.latency_s,
         "attempts": result.attempts,
         **seed_fields(item.seed),
+        "reasoning": None if result.error else reasoning(result.raw_response),
+        "guard": guard.value if guard is not None and not result.error else None,
     }
 
 

@@ -25,15 +25,45 @@ def _examples(records: list[Mapping], answer_column: str) -> list[str]:
     return lines
 
 
-def render_report(records: Iterable[Mapping], counts: Mapping, *, prompt_version: str, model_id: str) -> str:
-    """Markdown: the outcome counts, then up to EXAMPLES_PER_REASON examples of each outcome."""
+def reply_lengths(counts: Mapping[int, int], max_tokens: int) -> dict:
+    """The distribution of reply lengths in tokens (length -> replies), what sizing max_tokens needs:
+    quantiles, the longest, and how many replies reached the limit (cut short)."""
+    total = sum(counts.values())
+    if not total:
+        return {"replies": 0}
+    out: dict = {"replies": total}
+    seen, lengths = 0, sorted(counts)
+    wanted = [(q, f"p{round(q * 100)}") for q in (0.5, 0.9, 0.99)]
+    for n in lengths:
+        seen += counts[n]
+        while wanted and seen >= wanted[0][0] * total:
+            out[wanted.pop(0)[1]] = n
+    return out | {"max": lengths[-1], "at_limit": sum(c for n, c in counts.items() if n >= max_tokens),
+                  "max_tokens": max_tokens}
+
+
+def render_report(records: Iterable[Mapping], counts: Mapping, *, prompt_version: str, model_id: str,
+                  prompt: str = "") -> str:
+    """Markdown: the outcome counts, what each content guard said (whether or not the filtering
+    policy let it reject), then up to EXAMPLES_PER_REASON examples of each outcome."""
     by_reason: dict[str, list[Mapping]] = {}
     for r in records:
         by_reason.setdefault(r["rejection"] or "accepted", []).append(r)
-    lines = ["# Synthesis report", "", f"prompt version `{prompt_version}`, model `{model_id}`", "",
+    named = f"prompt `{prompt}` " if prompt else "prompt "
+    policy = f", filtering `{counts['filtering']}`" if counts.get("filtering") else ""
+    lines = ["# Synthesis report", "", f"{named}version `{prompt_version}`, model `{model_id}`{policy}", "",
              "| outcome | rows |", "|---|---|", f"| accepted | {counts['accepted']} |"]
     lines += [f"| rejected: {reason} | {n} |" for reason, n in counts["by_reason"].items()]
     lines += [f"| **total** | {counts['accepted'] + counts['rejected']} |", ""]
+    lengths = counts.get("reply_tokens") or {}
+    if lengths.get("replies"):
+        lines += [f"Reply length in tokens over {lengths['replies']} replies: median {lengths['p50']}, p90 "
+                  f"{lengths['p90']}, p99 {lengths['p99']}, longest {lengths['max']}; {lengths['at_limit']} reached "
+                  f"max_tokens ({lengths['max_tokens']}) and were cut short.", ""]
+    if counts.get("guard_verdicts"):
+        applied = counts.get("filtering", "guards") != "none"
+        lines += ["| content guard | rows it " + ("rejected" if applied else "would have rejected") + " |", "|---|---|"]
+        lines += [f"| {reason} | {n} |" for reason, n in counts["guard_verdicts"].items()] + [""]
     if by_reason.get("accepted"):
         lines += ["## Accepted", "", *_examples(by_reason["accepted"], "new instruction"), ""]
     for reason in sorted(k for k in by_reason if k != "accepted"):

@@ -35,7 +35,7 @@ from dualview_core.contracts import DUAL_VIEW_ROW, SEED_ROW
 from dualview_core.method.mixtures import RowRef, Selection, select
 from dualview_core.method.training_rows import Source, TrainingRow, corrupt, from_dual_view, from_seed
 
-FORMAT = "dualview-mixture/1"
+FORMAT = "dualview-mixture/2"
 SEEDS, VIEWS, MIXTURE, HELDOUT, META = "seeds.arrow", "views.arrow", "mixture.arrow", "heldout.arrow", "meta.json"
 MIXTURE_SCHEMA = pa.schema([pa.field("at", pa.int64(), nullable=False),
                             pa.field("corrupted_instruction", pa.string()),
@@ -69,12 +69,12 @@ def view_refs(batch: pa.Table, start: int) -> Iterator[tuple[RowRef, int]]:
     """(ref, available negatives) of each DUAL_VIEW_ROW of a batch (see `training_rows.from_dual_view`)."""
     names = ("dual_view_key", "query_id", "seed_key", "instruction")
     positive = pa.chunked_array([c.field("doc_id") for c in batch.column("positive").chunks], pa.string()).to_pylist()
-    negatives = _doc_ids(batch.column("negatives"))
+    forced, negatives = (_doc_ids(batch.column(n)) for n in ("instruction_negatives", "negatives"))
     for i, (key, query_id, seed_key, instruction) in enumerate(zip(*(batch.column(n).to_pylist() for n in names))):
-        if not negatives[i]:
-            raise ValueError(f"dual view {key} has no negatives; the old positive should lead them")
+        if not forced[i]:
+            raise ValueError(f"dual view {key} has no instruction negatives; the old positive should lead them")
         yield (RowRef(key, Source.DUAL_VIEW, query_id, seed_key, start + i, instruction),
-               _distinct_except(positive[i], negatives[i]))
+               _distinct_except(positive[i], forced[i], negatives[i]))
 
 
 def _spool(path: Path, schema: pa.Schema, batches: Iterable[pa.Table], refs_of, start: int,

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
+from dualview_core.config.synthesis import prompt_sampling
 from dualview_core.config.profiles import resolve
 from dualview_core.synthesis.job_spec import read_spec
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
@@ -16,8 +17,11 @@ def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
     Ray driver: a profile's Ray Job address is dropped (join a cluster with --ray-address)."""
     base = resolve(args.profile).synthesis.model_copy(update={"ray_job": None})
     given = {"engine": args.engine, "per_negative": args.per_negative, "geometry_filter": args.geometry_filter,
-             "limit": args.limit, "ray_address": args.ray_address, "verify": args.verify, "shard_rows": args.shard_rows}
+             "limit": args.limit, "ray_address": args.ray_address, "filtering": args.filtering, "prompt": args.prompt,
+             "shard_rows": args.shard_rows}
     update: dict = {k: v for k, v in given.items() if v is not None}
+    if args.prompt and args.prompt != base.prompt:  # another prompt: its own decoding, unless the profile's is kept
+        update["sampling"] = prompt_sampling(args.prompt).model_copy(update={"temperature": base.sampling.temperature})
     engine = update.get("engine", base.engine)
     if args.model and engine == "vllm":
         update["vllm"] = base.vllm.model_copy(update={"model": args.model})
@@ -72,7 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-negative", action="store_true", default=None, help="one reversed view per instruction negative")
     p.add_argument("--geometry-filter", action="store_true", default=None,
                    help="keep only rows the frozen encoder agrees with")
-    p.add_argument("--verify", action="store_true", default=None, help="a second call per accepted row to confirm the reversal")
+    p.add_argument("--prompt", choices=["paper", "compact"], default=None,
+                   help="the polarity-reversal prompt: the paper's (reasoning, then the answer) or the compact one for small models")
+    p.add_argument("--filtering", choices=["none", "guards", "verify"], default=None,
+                   help="which checks drop rows: none (the paper), guards (content rules), verify (guards, then a "
+                        "second call per accepted row to confirm the reversal)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     add_endpoint_flag(p)
     p.set_defaults(func=cmd_synthesize)

@@ -5,9 +5,10 @@ Each task reads the chosen seeds of one chunk (the plan's locators), validates t
 are not kept between passes), and fetches each call's record from the cache (the index goes to the
 workers once; a worker reads the shards it needs, a few at a time). Then:
 
-- `derive` (every run that changed something): with `verify`, the verifier's verdicts applied; the
-  chunk's dual-view rows and rejections written to OUT/.work/derived/; back to the driver, its
-  outcome counts and first examples per reason. The driver writes dual_views.parquet and
+- `derive` (every run that changed something): the run's filtering policy applied to every record
+  (`records.under_policy`: a cached record may have been judged under another), with `verify` the
+  verifier's verdicts; the chunk's dual-view rows and rejections written to OUT/.work/derived/;
+  back to the driver, its outcome counts and first examples per reason. The driver writes dual_views.parquet and
   rejections.parquet from the parts in source order (a row group at a time), and report.md.
 - `stage_questions` (with `verify`): the verification prompt of every accepted row without a verdict,
   staged in OUT/.work/verify/ for tasks/synthesis/verification.py's engine pass.
@@ -33,8 +34,8 @@ from dualview_core.method.dual_view import make_dual_view
 from dualview_core.storage.tables import TableWriter
 from dualview_core.storage.layout import DUAL_VIEWS, REJECTIONS, REPORT
 from dualview_core.data.seeds import acyclic
-from dualview_core.synthesis.records import CostSummary, WorkItem, cache_key, seed_fields, targets
-from dualview_core.synthesis.report import EXAMPLES_PER_REASON, render_report
+from dualview_core.synthesis.records import CostSummary, WorkItem, cache_key, seed_fields, guard_verdict, targets, under_policy
+from dualview_core.synthesis.report import EXAMPLES_PER_REASON, render_report, reply_lengths
 from tasks.progress import Progress
 from tasks.synthesis.planning import FirstPass, run_chunks, tool, validated
 from tasks.synthesis.record_store import WORK, RecordStore
@@ -74,7 +75,9 @@ def current_records(cur: Current, c: int, wanted: set[int] | None) -> Iterator[t
             lost = [i.cache_key for i, rec in zip(items, found) if rec is None]
             if lost:
                 raise RuntimeError(f"{len(lost)} planned row(s) have no record under {cur.job.store.out}/records, e.g. {lost[0]}")
-            yield items, [{**rec, **seed_fields(i.seed)} for i, rec in zip(items, found)]
+            policy, geometry = ask.cfg.filtering, ask.cfg.geometry_filter  # a cached record may be from another policy
+            yield items, [{**rec, **seed_fields(i.seed), "guard": guard_verdict(rec),
+                           "rejection": under_policy(rec, policy, geometry)} for i, rec in zip(items, found)]
 
 
 def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
@@ -84,7 +87,7 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
     store = cur.job.store
     verdicts = tool("verdicts", cur.verdicts, lambda: ray.get(cur.verdicts)) if cur.verdicts else None
     retry_before = verdicts.retry if verdicts else 0
-    costs, outcomes, examples = CostSummary(), Counter(), {}
+    costs, outcomes, guards, lengths, examples = CostSummary(), Counter(), Counter(), Counter(), {}
     views = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-views.parquet"), DUAL_VIEW_ROW, store.options)
     rejections = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-rejections.parquet"), SYNTHESIS_RECORD, store.options)
     with views, rejections:
@@ -95,12 +98,14 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
                                                              prompt_version=r["prompt_version"], model_id=r["model_id"])
                                               for i, r in zip(items, records) if r["rejection"] is None], schema=DUAL_VIEW_ROW))
             rejections.write(pa.Table.from_pylist([r for r in records if r["rejection"] is not None], schema=SYNTHESIS_RECORD))
+            guards.update(r["guard"] for r in records if r["guard"])
+            lengths.update(r["completion_tokens"] for r in records if r["attempts"] and r["completion_tokens"] is not None)
             for r in records:
                 reason = r["rejection"] or "accepted"
                 outcomes[reason] += 1
                 if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
                     examples[reason].append(r)
-    summary = {"outcomes": outcomes, "examples": examples, "verify_checked": costs.verify_checked,
+    summary = {"outcomes": outcomes, "guards": guards, "lengths": lengths, "examples": examples, "verify_checked": costs.verify_checked,
                "verify_failed": costs.verify_failed, "verify_retry": verdicts.retry - retry_before if verdicts else 0}
     return pa.table({"chunk": [c], "summary": [json.dumps(summary)]})
 
@@ -108,13 +113,15 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
 def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progress) -> dict:
     """Dual views, rejections and report.md of the chosen `seeds` (locators); the outcome counts."""
     store, ask = cur.job.store, cur.job.ask
-    outcomes, examples, retry, chunks = Counter(), {}, 0, []
+    outcomes, guards, lengths, examples, retry, chunks = Counter(), Counter(), Counter(), {}, 0, []
     for table in run_chunks(derive_chunk, cur, len(cur.job.chunks), seeds):
         for c, text in zip(table["chunk"].to_pylist(), table["summary"].to_pylist()):
             summary = json.loads(text)
             chunks.append((c, summary))
     for _, summary in sorted(chunks, key=lambda x: x[0]):  # source order: the same examples as a sequential pass
         outcomes.update(summary["outcomes"])
+        guards.update(summary["guards"])
+        lengths.update({int(n): count for n, count in summary["lengths"].items()})
         for reason, rows in summary["examples"].items():
             examples[reason] = (examples.get(reason, []) + rows)[:EXAMPLES_PER_REASON]
         costs.verify_checked += summary["verify_checked"]
@@ -124,9 +131,12 @@ def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progre
     views = _merge(store, DUAL_VIEWS, DUAL_VIEW_ROW, [f"{c:06d}-views.parquet" for c in order])
     _merge(store, REJECTIONS, SYNTHESIS_RECORD, [f"{c:06d}-rejections.parquet" for c in order])
     accepted = outcomes.pop("accepted", 0)
-    counts = {"accepted": accepted, "rejected": sum(outcomes.values()), "by_reason": dict(sorted(outcomes.items()))}
+    counts = {"accepted": accepted, "rejected": sum(outcomes.values()), "by_reason": dict(sorted(outcomes.items())),
+              "filtering": ask.cfg.filtering, "guard_verdicts": dict(sorted(guards.items())),
+              "reply_tokens": reply_lengths(lengths, ask.cfg.sampling.max_tokens)}
     sample = [r for reason in sorted(examples) for r in examples[reason]]
-    report = store.write_text(REPORT, render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id))
+    report = store.write_text(REPORT, render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id,
+                                                    prompt=ask.cfg.prompt))
     progress(f"synthesis: {views} dual views and {counts['rejected']} rejections written")
     return {"dual_views": views, "rejected": counts["rejected"], "outcomes": counts, "report": report, "verify_retry": retry}
 

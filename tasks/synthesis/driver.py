@@ -31,7 +31,7 @@ from dualview_core.keys import canonical_json, content_digest, digest
 from dualview_core.storage.integrity import damage, facts
 from dualview_core.storage.layout import DERIVED_FILES, output_options
 from dualview_core.synthesis.plan import Plan
-from dualview_core.method.prompting import default_template, prompt_version
+from dualview_core.method.prompting import prompt_version, template_named
 from dualview_core.data.sources import source_fingerprint
 from dualview_core.synthesis.records import CostSummary
 from tasks.synthesis.judging import Asking, RecordStage
@@ -56,8 +56,8 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         store.clear_leftovers()
         start = time.perf_counter()
         source = source_fingerprint(seeds_path, storage_options)  # before reading: a later edit is a change
-        template = default_template()
-        version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.model_dump(mode="json")
+        template = template_named(cfg.prompt)
+        version, model_id, sampling = prompt_version(template), cfg.model_id(), cfg.sampling.key()
         ask = Asking(cfg, template, version, model_id, sampling)
         manifest = store.manifest()
         if _as_left(store, cfg, ask, manifest.get("summary", {}), source):
@@ -98,6 +98,9 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             "plan": counts,
             "cost": costs.as_dict(time.perf_counter() - start),
             **derived,
+            "prompt": cfg.prompt,
+            "filtering": cfg.filtering,
+            "rationale": cfg.rationale,
             "prompt_version": version,
             "model_id": model_id,
             "seed_fingerprint": seed_fingerprint,
@@ -198,7 +201,7 @@ def _outputs_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: Asking, 
     from tasks.synthesis.record_store import VERIFICATIONS
 
     parts = [seed_fingerprint, store.shard_names(), store.shard_names(VERIFICATIONS), ask.version, ask.model_id,
-             ask.sampling, cfg.per_negative, cfg.max_error_runs, cfg.verify, cfg.limit]
+             ask.sampling, cfg.per_negative, cfg.max_error_runs, cfg.filtering, cfg.geometry_filter, cfg.limit]
     if cfg.verify:  # what the verdicts' keys hold besides the rows
         from tasks.synthesis.verification import Verifier
 

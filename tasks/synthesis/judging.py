@@ -1,5 +1,8 @@
 """Engine answers judged into records: parse, guards, the geometry filter, SynthesisRecord rows.
 
+Every answer's guard verdict is computed and stored; the run's filtering policy decides whether it
+rejects the row (`records.record`).
+
 `RecordStage` is the Ray Data stage after the engine: the rows reach it with the columns a record
 needs (INFO, and TARGET for the geometry filter) carried through the engine from the staged input,
 so no answer travels back to the driver to be judged there; the driver only publishes the records
@@ -16,7 +19,7 @@ import pyarrow as pa
 
 from dualview_core.config import GuardConfig, SynthesisConfig
 from dualview_core.contracts import SYNTHESIS_RECORD
-from dualview_core.method.parsing import Rejection, judge
+from dualview_core.method.parsing import Rejection, guard, parse
 from dualview_core.synthesis.records import EngineResult, WorkItem, record
 
 ENGINE_INPUT = ("cache_key", "messages", "query_id", "query", "target_doc_id")  # what an engine may read
@@ -33,6 +36,7 @@ class Judging:
     sampling: dict
     guards: GuardConfig
     geometry_encoder: str | None = None  # the geometry filter's frozen encoder; None: the filter is off
+    filtering: str = "guards"  # records.FILTERING: whether a guard's verdict rejects the row
 
     @property
     def columns(self) -> list[str]:
@@ -63,7 +67,8 @@ class Asking(Prompted):
     @property
     def judging(self) -> Judging:
         cfg = self.cfg
-        return Judging(self.version, self.model_id, self.sampling, cfg.guards, cfg.geometry_encoder if cfg.geometry_filter else None)
+        return Judging(self.version, self.model_id, self.sampling, cfg.guards,
+                       cfg.geometry_encoder if cfg.geometry_filter else None, cfg.filtering)
 
     @property
     def staged_columns(self) -> list[str]:
@@ -103,12 +108,14 @@ class RecordStage:
             seed = {k: row[k] for k in ("seed_key", "query_id", "query", "instruction")}
             item = WorkItem(seed, row["target_index"], row["cache_key"])
             result = EngineResult(**{k: row[k] for k in EngineResult.__slots__ if k in row})
-            judged.append((item, row, result, judge(result.raw_response, seed["instruction"], seed["query"], j.guards)))
-        deltas = self._deltas([(row, parsed) for _, row, _, parsed in judged]) if j.geometry_encoder else [None] * len(judged)
+            parsed = parse(result.raw_response)
+            verdict = guard(parsed.instruction, seed["instruction"], seed["query"], j.guards) if parsed.instruction else None
+            judged.append((item, row, result, parsed, verdict))
+        deltas = self._deltas([(row, parsed) for _, row, _, parsed, _ in judged]) if j.geometry_encoder else [None] * len(judged)
         out = []
-        for (item, _, result, parsed), delta in zip(judged, deltas):
+        for (item, _, result, parsed, verdict), delta in zip(judged, deltas):
             rec = record(item, result, parsed, prompt_version=j.version, model_id=j.model_id, sampling=j.sampling,
-                         geometry_delta=delta)
+                         geometry_delta=delta, guard=verdict, filtering=j.filtering)
             if delta is not None and delta <= 0 and rec["rejection"] is None:
                 rec["rejection"] = Rejection.GEOMETRY.value
             out.append(rec)

@@ -229,7 +229,7 @@ def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int
     for (row, seed, t, key), at in zip(keyed, found):
         if at >= 0:
             continue
-        staged = engine_row(seed, t, key, render(seed, t, ask.template), ask.geometry)
+        staged = engine_row(seed, t, key, render(seed, t, ask.template, ask.cfg.prompt), ask.geometry)
         error = None
         if counter is not None:
             count, context = counter

@@ -52,7 +52,7 @@ class Verifier(Prompted):
     @classmethod
     def of(cls, cfg: SynthesisConfig) -> Verifier:
         template = default_template()
-        return cls(cfg, template, prompt_version(template), cfg.model_id(), cfg.verify_sampling.model_dump(mode="json"))
+        return cls(cfg, template, prompt_version(template), cfg.model_id(), cfg.verify_sampling.key())
 
     def keys(self, items: list[WorkItem], records: list[dict]) -> list[str | None]:
         """The verification key of each accepted record, None for the others."""

@@ -278,4 +278,5 @@ def synthesis_metrics(summary: Mapping) -> dict[str, float]:
             "synthesis/quarantined_seeds": summary["seeds"]["quarantined"]}
     if outcomes := summary.get("outcomes"):  # over all current seeds, cached answers included
         out |= {f"synthesis/outcomes/{reason}": n for reason, n in outcomes["by_reason"].items()}
+        out |= {f"synthesis/guards/{reason}": n for reason, n in outcomes.get("guard_verdicts", {}).items()}
     return out

@@ -229,7 +229,7 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
     try:
         for honours in (False, True):
             writer = Writer(kinds, honours)
-            cfg = SynthesisConfig(engine="openai", verify=honours, shard_rows=8,
+            cfg = SynthesisConfig(engine="openai", filtering="verify" if honours else "guards", shard_rows=8,
                                   openai=OpenAIEngineConfig(base_url=start_writer(writer, started), model="scripted", concurrency=4))
             out = tmp_path / f"out-{honours}"
             summary = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
@@ -247,7 +247,7 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
         stop_serving(started)
 
     scratch, views, rejections, calls = results[False]
-    assert calls == 30 and scratch["outcomes"] == {"accepted": 23, "rejected": 7, "by_reason": {"no_answer": 7}}
+    assert calls == 30 and _counts(scratch) == {"accepted": 23, "rejected": 7, "by_reason": {"no_answer": 7}}
     assert {v["instruction"] for v in views} == {scripted_instruction(i) for i in range(23)}  # nothing merged in
     assert all(r["query_id"] and r["query"] and r["original_instruction"] for r in rejections)
     honoured, views_h, rejections_h, calls_h = results[True]
@@ -255,10 +255,75 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
     # the first pass accepts the same 23; chatter written inside the tags is caught by the guards
     assert honoured["cost"]["accepted"] == 23 and honoured["cost"]["rejections"] == {"chatter": 7}
     assert honoured["cost"]["verify_checked"] == 23 and honoured["cost"]["verify_failed"] == 11
-    assert honoured["outcomes"] == {"accepted": 12, "rejected": 18, "by_reason": {"chatter": 7, "unverified": 11}}
+    assert _counts(honoured) == {"accepted": 12, "rejected": 18, "by_reason": {"chatter": 7, "unverified": 11}}
+    assert honoured["outcomes"]["guard_verdicts"] == {"chatter": 7} and honoured["outcomes"]["filtering"] == "verify"
     assert {v["instruction"] for v in views_h} == {scripted_instruction(i) for i in range(0, 23, 2)}
     report = (tmp_path / "out-True" / "report.md").read_text(encoding="utf-8")
     assert honoured["report"].endswith("report.md") and "| rejected: unverified | 11 |" in report
+
+
+def _counts(summary: dict) -> dict:
+    return {k: summary["outcomes"][k] for k in ("accepted", "rejected", "by_reason")}
+
+
+@pytest.mark.slow
+def test_the_filtering_policy_is_chosen_per_run_and_rejudges_the_cache_without_a_call(tmp_path):
+    """One cache judged under each policy in turn: 'none' keeps what only a guard rejects and still
+    counts the guards' verdicts; back to 'guards', the same answers are rejected again; no call is
+    repeated. The reasoning before an answer is stored in the record, never in the instruction."""
+    import pyarrow.parquet as pq
+
+    from dualview_core.config import SynthesisConfig
+    from tasks.synthesis.driver import run_synthesis
+
+    seeds, kinds = thirty_seeds(tmp_path)
+    started: list = []
+    writer = Writer(kinds, honours_prefill=True)  # chatter inside the tags: parseable, and a guard rejects it
+    out, runs = tmp_path / "out", {}
+    try:
+        url = start_writer(writer, started)
+        for policy in ("guards", "none", "guards"):
+            cfg = SynthesisConfig(engine="openai", filtering=policy, shard_rows=8,
+                                  openai=OpenAIEngineConfig(base_url=url, model="scripted", concurrency=4))
+            runs.setdefault(policy, []).append(run_synthesis(seeds, str(out), cfg, progress=lambda m: None))
+            if policy == "none":
+                accepted = pq.read_table(out / "dual_views.parquet").column("instruction").to_pylist()
+    finally:
+        stop_serving(started)
+    assert writer.calls == 30  # the first run's; the others re-judge the cache
+    guarded, waived = runs["guards"][0], runs["none"][0]
+    assert _counts(guarded) == {"accepted": 23, "rejected": 7, "by_reason": {"chatter": 7}}
+    assert _counts(waived) == {"accepted": 30, "rejected": 0, "by_reason": {}} and waived["cost"]["engine_rows"] == 0
+    assert waived["outcomes"]["guard_verdicts"] == guarded["outcomes"]["guard_verdicts"] == {"chatter": 7}
+    assert sum(CHATTER in a for a in accepted) == 7
+    assert _counts(runs["guards"][1]) == _counts(guarded) and pq.read_table(out / "dual_views.parquet").num_rows == 23
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "filtering `guards`" in report and "| chatter | 7 |" in report and "Reply length in tokens over 30" in report
+
+
+@pytest.mark.slow
+def test_reasoning_before_the_answer_is_stored_in_the_record(tmp_path):
+    import pyarrow.parquet as pq
+
+    from dualview_core.config import SynthesisConfig
+    from dualview_core.config.synthesis import prompt_sampling
+    from tasks.synthesis.driver import run_synthesis
+
+    seeds, kinds = thirty_seeds(tmp_path)
+    started: list = []
+    writer = Writer({q: (i, "think") for q, (i, _) in kinds.items()}, honours_prefill=False)
+    try:
+        cfg = SynthesisConfig(engine="openai", prompt="paper", sampling=prompt_sampling("paper"), filtering="none",
+                              limit=4, shard_rows=4, openai=OpenAIEngineConfig(base_url=start_writer(writer, started),
+                                                                                model="scripted"))
+        summary = run_synthesis(seeds, str(out := tmp_path / "out"), cfg, progress=lambda m: None)
+    finally:
+        stop_serving(started)
+    assert summary["prompt"] == "paper" and summary["filtering"] == "none" and summary["dual_views"] == 4
+    records = pq.read_table(out / "records").to_pylist()
+    assert {r["reasoning"] for r in records} == {"<think>A is about kits, B about numbers.</think>\nReasoning done."}
+    assert {v["instruction"] for v in pq.read_table(out / "dual_views.parquet").to_pylist()} == {
+        scripted_instruction(i) for i in range(4)}
 
 
 @pytest.mark.slow
@@ -267,7 +332,7 @@ def test_an_old_format_cache_is_reused_with_no_new_calls(tmp_path):
     import pyarrow.parquet as pq
 
     from dualview_core.config import SynthesisConfig
-    from dualview_core.contracts import SYNTHESIS_RECORD_V2_COLUMNS
+    from dualview_core.contracts import SYNTHESIS_RECORD_V2_COLUMNS, SYNTHESIS_RECORD_V3_COLUMNS
     from tasks.synthesis.driver import run_synthesis
 
     seeds, kinds = thirty_seeds(tmp_path)
@@ -280,7 +345,7 @@ def test_an_old_format_cache_is_reused_with_no_new_calls(tmp_path):
         out = tmp_path / "out"
         first = run_synthesis(seeds, str(out), cfg, progress=lambda m: None)
         for shard in (out / "records").glob("part-*.parquet"):  # rewrite the cache as version 1 wrote it
-            table = pq.read_table(shard).drop_columns(list(SYNTHESIS_RECORD_V2_COLUMNS))
+            table = pq.read_table(shard).drop_columns(list(SYNTHESIS_RECORD_V2_COLUMNS + SYNTHESIS_RECORD_V3_COLUMNS))
             pq.write_table(table.replace_schema_metadata({"contract": "SynthesisRecord/1"}), shard)
         assert "query_id" not in pq.read_table(next((out / "records").glob("part-*.parquet"))).column_names
         calls = writer.calls
@@ -397,7 +462,7 @@ def test_a_verdict_that_failed_is_asked_again_and_one_given_up_on_leaves_the_run
     try:
         # three verdicts fail once; three failed runs allowed: the next run asks them again, then all is final
         flaky = FlakyVerifier(kinds, failing={0, 2, 4}, failures=1)
-        cfg = SynthesisConfig(engine="openai", verify=True, shard_rows=8, max_error_runs=3, openai=OpenAIEngineConfig(
+        cfg = SynthesisConfig(engine="openai", filtering="verify", shard_rows=8, max_error_runs=3, openai=OpenAIEngineConfig(
             base_url=serve(flaky.handle, started), model="scripted", concurrency=4, max_attempts=1))
         out = tmp_path / "flaky"
         first, _ = run(out, cfg)

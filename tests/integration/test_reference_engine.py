@@ -29,7 +29,8 @@ def test_reference_engine_writes_the_known_reversals(tmp_path):
     for view in views:
         seed = seeds[view["query_id"]]
         assert view["positive"]["doc_id"] == seed["new_negatives"][0]["docid"]  # N* is the answer
-        assert view["negatives"][0]["doc_id"] == seed["positive_passages"][0]["docid"]  # old positive first
+        assert view["instruction_negatives"][0]["doc_id"] == seed["positive_passages"][0]["docid"]  # old positive first
+        assert [p["doc_id"] for p in view["instruction_negatives"][1:]] == [p["docid"] for p in seed["new_negatives"][1:]]
         assert view["instruction"] == reference_instruction(world.metadata, view["query_id"], view["positive"]["doc_id"])
     again = run_synthesis(files["seeds"], str(tmp_path / "out"), cfg, progress=lambda _: None)
     assert again["plan"]["pending"] == 0 and again["dual_views"] == 6  # cached like any engine

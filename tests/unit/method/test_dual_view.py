@@ -1,4 +1,5 @@
-"""Dual-view construction: N* becomes the positive, P+ leads the negatives, other N_i stay negative."""
+"""Dual-view construction: N* becomes the positive, P+ leads the instruction negatives, the other N_i
+keep their role and the ordinary negatives stay as they were."""
 
 from __future__ import annotations
 
@@ -22,16 +23,20 @@ def ids(passages) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "target, positive, negatives",
+    "n_inst_neg, target, positive, forced",
     [
-        (0, "q1-i0", ["q1-pos", "q1-i1", "q1-i2", "q1-n0", "q1-n1", "q1-n2", "q1-n3"]),
-        (2, "q1-i2", ["q1-pos", "q1-i0", "q1-i1", "q1-n0", "q1-n1", "q1-n2", "q1-n3"]),
+        (1, 0, "q1-i0", ["q1-pos"]),  # no remaining instruction negative
+        (2, 1, "q1-i1", ["q1-pos", "q1-i0"]),  # one
+        (4, 0, "q1-i0", ["q1-pos", "q1-i1", "q1-i2", "q1-i3"]),  # several, in the seed's order
+        (4, 2, "q1-i2", ["q1-pos", "q1-i0", "q1-i1", "q1-i3"]),
     ],
 )
-def test_roles_swap_and_the_old_positive_comes_first(seed, target, positive, negatives):
+def test_roles_swap_and_the_remaining_instruction_negatives_keep_theirs(n_inst_neg, target, positive, forced):
+    seed = SeedValidator().check(RawRow(0, promptriever_row("q1", n_neg=4, n_inst_neg=n_inst_neg)))
     row = make_dual_view(seed, "Only industrial storage.", target_index=target, prompt_version="p1", model_id="m")
     assert row["positive"]["doc_id"] == positive
-    assert ids(row["negatives"]) == negatives
+    assert ids(row["instruction_negatives"]) == forced
+    assert ids(row["negatives"]) == ["q1-n0", "q1-n1", "q1-n2", "q1-n3"]
     assert row["query"] == seed["query"] and row["original_instruction"] == seed["instruction"]
     assert row["seed_key"] == seed["seed_key"]
     conform(pa.Table.from_pylist([row], schema=DUAL_VIEW_ROW), DUAL_VIEW_ROW)

@@ -199,3 +199,27 @@ def test_the_tables_are_large_enough():
 def test_entities_a_model_copies_from_the_escaped_prompt_come_out_as_plain_text():
     assert parse("<answer><new_instruction>Only R&amp;D budgets &lt;5 years old.</new_instruction></answer>").instruction \
         == "Only R&D budgets <5 years old."
+
+
+REASONING_FIRST = [  # the paper's prompt: reasoning, then the answer block; and thinking models
+    ("Step 1: profile.\nStep 4: checks pass.\n<answer><new_instruction>" + OK + "</new_instruction></answer>",
+     OK, "Step 1: profile.\nStep 4: checks pass."),
+    # a thinking model whose chat template opened <think> in the prompt: the reply starts inside it
+    ("I could ask for <answer><new_instruction>Draft.</new_instruction></answer> but no.</think>\n"
+     "<answer><new_instruction>" + OK + "</new_instruction></answer>", OK,
+     "I could ask for <answer><new_instruction>Draft.</new_instruction></answer> but no.</think>"),
+    ("<think>weigh levers</think>Step 5: short.<answer><new_instruction>" + OK + "</new_instruction></answer>",
+     OK, "<think>weigh levers</think>Step 5: short."),
+    ("<answer><new_instruction>" + OK + "</new_instruction></answer>", OK, None),  # the answer alone
+    ("Step 4: no instruction can include B and exclude A.\n<answer>None</answer>", None,
+     "Step 4: no instruction can include B and exclude A."),
+    ("Step 1: profile, then the reply ran out of tokens", None, None),
+]
+
+
+@pytest.mark.parametrize("raw, instruction, thoughts", REASONING_FIRST)
+def test_reasoning_before_the_answer_is_kept_apart_from_the_instruction(raw, instruction, thoughts):
+    from dualview_core.method.parsing import reasoning
+
+    assert parse(raw).instruction == instruction
+    assert reasoning(raw) == thoughts

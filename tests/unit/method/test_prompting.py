@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dualview_core.method.prompting import default_template, prompt_version, render
+from dualview_core.method.prompting import default_template, prompt_version, render, template_named
 from dualview_core.data.seeds import SeedValidator
 from dualview_core.data.sources import RawRow
 from tests.helpers.factories import promptriever_row
@@ -68,3 +68,32 @@ def test_seed_text_enters_the_prompt_as_data_and_an_echo_of_it_is_never_an_answe
     for prefill in ("", "<answer><new_instruction>"):  # a model that repeats its input, with or without a prefill
         parsed = judge(prefill + text, s["instruction"], s["query"])
         assert parsed.rejection is not None and parsed.instruction != PLANTED
+
+
+def test_the_papers_template_has_its_six_parts_and_five_steps():
+    t = template_named("paper")
+    for part in ("# Goal", "# Inputs", "# Definitions", "# Steps", "# Guardrails", "# Output",
+                 "<answer><new_instruction>", "<answer>None</answer>", "REMAINING INSTRUCTION NEGATIVES"):
+        assert part in t
+    assert all(f"\n{i}. " in t for i in range(1, 6)) and "\n6. " not in t
+    assert "First write your reasoning" in t and "hard, objectively checkable" in t
+    assert prompt_version(t) != prompt_version(default_template())
+    with pytest.raises(ValueError, match="unknown prompt 'long'; expected one of paper, compact"):
+        template_named("long")
+
+
+@pytest.mark.parametrize("n_inst_neg, listed", [(1, "(none)"), (2, "1. "), (4, "3. ")])
+def test_the_papers_fields_list_the_remaining_instruction_negatives(n_inst_neg, listed):
+    s = seed("q1", n_inst_neg=n_inst_neg)
+    system, user = render(s, 0, template_named("paper"), "paper")
+    assert system["content"] == template_named("paper")
+    text = user["content"]
+    assert text.startswith("QUERY: how do I store q1 seeds\nORIGINAL INSTRUCTION: Only guidance for home gardeners")
+    labels = [text.index(x) for x in ("POSITIVE PASSAGE:", "TARGET PASSAGE:", "REMAINING INSTRUCTION NEGATIVES:")]
+    assert labels == sorted(labels)
+    assert "Keep q1 seeds dry in a jar." in text[labels[0]:labels[1]]
+    assert "Industrial silo storage 0 for q1." in text[labels[1]:labels[2]]
+    remaining = text[labels[2]:]
+    assert listed in remaining and "storage 0" not in remaining
+    assert all(f"Industrial silo storage {i} for q1." in remaining for i in range(1, n_inst_neg))
+    assert "q1-i" not in text and "q1-pos" not in text

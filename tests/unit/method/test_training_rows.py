@@ -43,9 +43,24 @@ def test_dual_view_row_puts_the_old_positive_first(seed):
     row = from_dual_view(view)
     assert row.source is Source.DUAL_VIEW and row.key == view["dual_view_key"] and row.seed_key == seed["seed_key"]
     assert row.positive.doc_id == "q1-i1" and row.instruction == "Only industrial silos."
-    assert ids(row.instruction_negatives) == ["q1-pos"]  # the old positive
-    assert ids(row.negatives) == ["q1-i0", "q1-n0", "q1-n1", "q1-n2"]  # the other N_i are ordinary
+    assert ids(row.instruction_negatives) == ["q1-pos", "q1-i0"]  # the old positive, then the other N_i
+    assert ids(row.negatives) == ["q1-n0", "q1-n1", "q1-n2"]
     assert row.original_instruction == seed["instruction"]
+
+
+@pytest.mark.parametrize("n_inst_neg", [1, 2, 5])
+def test_both_views_sample_their_instruction_negatives_first(n_inst_neg):
+    from dualview_core.method.negatives import sample_negatives
+
+    seed = SeedValidator().check(RawRow(0, promptriever_row("q1", n_neg=40, n_inst_neg=n_inst_neg)))
+    original = from_seed(seed)
+    view = from_dual_view(make_dual_view(seed, "Only silos.", target_index=0, prompt_version="p", model_id="m"))
+    for epoch in (0, 1):
+        drawn = ids(sample_negatives(view, 30, epoch=epoch, seed=7))
+        assert len(drawn) == 30 and drawn[:n_inst_neg] == ["q1-pos"] + [f"q1-i{i}" for i in range(1, n_inst_neg)]
+        assert "q1-i0" not in drawn  # N*, the view's positive
+        drawn = ids(sample_negatives(original, 30, epoch=epoch, seed=7))
+        assert drawn[:n_inst_neg] == [f"q1-i{i}" for i in range(n_inst_neg)] and "q1-pos" not in drawn
 
 
 def test_corruption_changes_instruction_and_key_only(seed):

@@ -155,14 +155,60 @@ def test_rows_rejected_before_the_engine_cost_no_tokens_and_verification_is_coun
     assert (out["verify_checked"], out["verify_failed"], out["verify_disagreement_rate"]) == (2, 1, 0.5)
 
 
-def test_a_version_1_record_table_is_read_as_version_2():
-    from dualview_core.contracts import SYNTHESIS_RECORD_V2_COLUMNS, upgrade_synthesis_record
+def test_a_version_1_record_table_is_read_as_version_3():
+    from dualview_core.contracts import SYNTHESIS_RECORD_V2_COLUMNS, SYNTHESIS_RECORD_V3_COLUMNS, upgrade_synthesis_record
 
     it = item()
     rec = record(it, EngineResult(it.cache_key, "<answer>…", 900, 20), Parsed("Only X.", None), **ASK)
-    v1 = pa.Table.from_pylist([{k: v for k, v in rec.items() if k not in SYNTHESIS_RECORD_V2_COLUMNS}])
+    old = SYNTHESIS_RECORD_V2_COLUMNS + SYNTHESIS_RECORD_V3_COLUMNS
+    v1 = pa.Table.from_pylist([{k: v for k, v in rec.items() if k not in old}])
     with pytest.raises(Exception, match="missing column"):
         conform(v1, SYNTHESIS_RECORD)
     [back] = conform(upgrade_synthesis_record(v1), SYNTHESIS_RECORD).to_pylist()
-    assert back == {**rec, "query_id": None, "query": None, "original_instruction": None}
-    assert SYNTHESIS_RECORD.metadata[b"contract"] == b"SynthesisRecord/2"
+    assert back == {**rec, "query_id": None, "query": None, "original_instruction": None, "reasoning": None, "guard": None}
+    assert SYNTHESIS_RECORD.metadata[b"contract"] == b"SynthesisRecord/3"
+
+
+REASONED = ("Step 1: A is about home jars, B about silos.\nStep 4: A fails, B passes.\n"
+            "<answer><new_instruction>Only industrial silo storage counts.</new_instruction></answer>")
+
+
+@pytest.mark.parametrize("filtering, rejection", [("none", None), ("guards", "too_long"), ("verify", "too_long")])
+def test_the_guard_verdict_is_stored_and_the_policy_decides_whether_it_rejects(filtering, rejection):
+    it = item()
+    rec = record(it, EngineResult(it.cache_key, REASONED, 900, 40), Parsed("Only industrial silo storage counts.", None),
+                 guard=Rejection.TOO_LONG, filtering=filtering, **ASK)
+    assert rec["guard"] == "too_long" and rec["rejection"] == rejection
+    assert rec["reasoning"] == "Step 1: A is about home jars, B about silos.\nStep 4: A fails, B passes."
+    assert rec["instruction"] == "Only industrial silo storage counts."  # never the reasoning
+    conform(pa.Table.from_pylist([rec], schema=SYNTHESIS_RECORD), SYNTHESIS_RECORD)
+
+
+def test_a_cached_record_reads_right_under_any_policy():
+    from dualview_core.synthesis.records import guard_verdict, under_policy
+
+    it = item()
+    result = EngineResult(it.cache_key, REASONED, 900, 40)
+    ok = Parsed("Only industrial silo storage counts.", None)
+    judged = {p: record(it, result, ok, guard=Rejection.META, filtering=p, **ASK) for p in ("none", "guards")}
+    for rec in judged.values():  # whichever policy judged it, each policy reads its own answer
+        assert [under_policy(rec, p) for p in ("none", "guards", "verify")] == [None, "meta", "meta"]
+    v2 = {**judged["guards"], "guard": None}  # a version-2 record: the verdict is in the rejection
+    assert guard_verdict(v2) == "meta" and under_policy(v2, "none") is None
+    # what is not the guards' doing stands under every policy
+    for reason in ("no_answer", "none", "truncated", "engine_error", "prompt_too_long", "geometry"):
+        assert {under_policy({"rejection": reason, "guard": None}, p) for p in ("none", "guards")} == {reason}
+    cut = record(it, EngineResult(it.cache_key, REASONED, 900, 64), ok, guard=Rejection.META, filtering="none", **ASK)
+    assert cut["rejection"] == "truncated" and under_policy(cut, "none") == "truncated"
+    # waiving a guard does not waive the geometry filter when it is on
+    far = {**judged["guards"], "geometry_delta": -0.1}
+    assert under_policy(far, "none", geometry=True) == "geometry" and under_policy(far, "none") is None
+    clean = record(it, result, ok, filtering="guards", **ASK)
+    assert clean["guard"] is None and {under_policy(clean, p) for p in ("none", "guards")} == {None}
+
+
+def test_an_engine_failure_has_no_reasoning_or_guard():
+    it = item()
+    rec = record(it, EngineResult(it.cache_key, None, attempts=3, error="ReadTimeout"), Parsed(None, None),
+                 guard=None, filtering="none", **ASK)
+    assert (rec["rejection"], rec["reasoning"], rec["guard"]) == ("engine_error", None, None)
