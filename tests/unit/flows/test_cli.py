@@ -105,7 +105,7 @@ def test_train_profile_gives_training_and_ranks_and_flags_override_it():
     plain, ranks = parse()
     assert plain.model == "minilm" and plain.max_length == 512 and ranks == 1
     cluster, ranks = parse("--profile", "cluster", "--max-steps", "5")
-    assert cluster.model == "BAAI/bge-m3" and cluster.zero_stage == 2 and ranks == 4
+    assert cluster.model == "gte-multilingual-mlm-base" and cluster.pooling == "cls" and cluster.zero_stage == 2 and ranks == 4
     assert cluster.max_steps == 5 and cluster.mixture.name == "ins-dv"
     assert parse("--profile", "cluster", "--processes", "2")[1] == 2
     by_epochs, _ = parse("--profile", "cpu", "--epochs", "2")  # the cpu profile's 12-step limit yields to epochs
