@@ -15,9 +15,10 @@ import sys
 from dualview_core.config.profiles import ProfileError
 from dualview_core.data.sources import SourceError
 from dualview_core.storage.filesystems import unreachable
-from flows.commands import EXIT_OK, EXIT_UNUSABLE, apply_project_env, data_cli, evaluate_cli, synthesize_cli, train_cli
+from flows.commands import (EXIT_OK, EXIT_UNUSABLE, apply_project_env, data_cli, evaluate_cli, experiment_cli,
+                            synthesize_cli, train_cli)
 
-COMMAND_MODULES = (data_cli, evaluate_cli, synthesize_cli, train_cli)
+COMMAND_MODULES = (data_cli, evaluate_cli, experiment_cli, synthesize_cli, train_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,7 +33,7 @@ RAY_CLIENT_PORT, RAY_DASHBOARD_PORT = 10001, 8265
 FLOW_RUNNER_ACCOUNT = "dualview-flow-runner"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-DEPLOYMENTS = ("synthesize", "train", "evaluate", "pipeline", "sweep", "watch-seeds")
+DEPLOYMENTS = ("synthesize", "train", "evaluate", "pipeline", "sweep", "paper-experiment", "watch-seeds")
 
 
 def _cluster_profile() -> PipelineConfig:
@@ -228,9 +228,9 @@ def job_variables(cfg: ClusterConfig) -> dict[str, dict]:
 
     Drivers (synthesize, watch-seeds) run on the base template's defaults: the flow-runner image and no
     GPU, since the GPUs are Ray's. Training-shaped runs get the trainer image and `trainer_gpus`;
-    `pipeline` runs its stages in-process, so it needs the training pod too."""
+    `pipeline`, `sweep` and `paper-experiment` run their stages in-process, so they need the training pod too."""
     train = _gpu_pod(cfg, cfg.trainer_gpus, cpu="16", memory="128Gi", shm="32Gi")
-    return {"synthesize": {}, "watch-seeds": {}, "train": train, "sweep": train, "pipeline": train,
+    return {"synthesize": {}, "watch-seeds": {}, "train": train, "sweep": train, "paper-experiment": train, "pipeline": train,
             "evaluate": _gpu_pod(cfg, 1, cpu="8", memory="64Gi", shm="8Gi")}
 
 

@@ -97,3 +97,12 @@ class SweepConfig(ConfigModel):
         "tighter comparisons. Not the seed rows, which are `pipeline.seeds`.",
     )
     total: int | None = Field(None, gt=0, description="Rows per ratio mixture (fixed total); None: the data decides.")
+    sizes: dict[MixtureName, int] = Field(
+        default_factory=dict, description="N (the instruct-row budget, `mixture.size`) per mixture, before `scale`; a "
+        "mixture not listed takes the training config's (None: the largest N every mixture reaches on the data). "
+        "The paper's experiment: ins-orig and ins-dv 480000, all-orig and all-dv 440000.",
+    )
+    scale: float = Field(
+        1.0, gt=0, description="One factor on every size in `sizes`: 0.01 trains the same proportions on 1% of "
+        "the rows. An ins-dv size rounds down to even (half its seeds, each with both views).",
+    )

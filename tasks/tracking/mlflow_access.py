@@ -231,11 +231,22 @@ def close_run(tracking_uri: str, run_id: str, failed: bool = False) -> None:
     mlflow_client(tracking_uri).set_terminated(run_id, status="FAILED" if failed else "FINISHED")
 
 
+def mlflow_name(key: str) -> str:
+    """A metric's name as MLflow accepts it: MLflow allows letters, digits, `_ - . : /` and spaces, so
+    the `@` of the benchmarks' own names is spelled out (`mair/ifeval/ndcg@10` -> `mair/ifeval/ndcg_at_10`).
+
+        >>> mlflow_name("mair/ifeval/ndcg@10_ci_low")
+        'mair/ifeval/ndcg_at_10_ci_low'
+    """
+    return key.replace("@", "_at_")
+
+
 def log_metrics(tracking_uri: str, run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+    """Log `metrics` on a run, their names as `mlflow_name` spells them."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
+    items = [Metric(mlflow_name(k), float(v), now, step or 0) for k, v in metrics.items() if v is not None]
     if items:
         mlflow_client(tracking_uri).log_batch(run_id, metrics=items)
 

@@ -14,45 +14,20 @@ import pytest
 
 from dualview_core.data.evalsets import load_eval_set
 from dualview_core.data.loading import read_seeds
-from dualview_core.data.catalog import catalog
 from flows.cli import main
-from tests.helpers.hub_server import HubServer, build_root, commit_of
+from tests.helpers.hub_server import commit_of
+from tests.helpers.published_hub import pin_args, published_hub
 from tests.helpers.services import free_port
 
 pytestmark = pytest.mark.integration
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hub"
-# catalog entries without a pinned commit yet: the tests pin the server's own commit for them
-UNPINNED = {"infosearch-length": "jianqunZ/Length-v1", "ifeval": "MAIR-Bench/MAIR-Queries",
-            "instructir": "MAIR-Bench/MAIR-Queries", "promptriever": "samaya-ai/msmarco-w-instructions"}
-
-
-def _pins() -> dict[str, list[str]]:
-    c = catalog()
-    sources = [t.source for t in c.tasks.values() if t.source] + [s.source for s in c.seeds.values()]
-    sources += [s.docs for s in sources if s.docs is not None]
-    out: dict[str, list[str]] = {}
-    for s in sources:
-        if len(s.revision) == 40:
-            out.setdefault(s.repo, []).append(s.revision)
-    return out
-
-
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
-    root = build_root(FIXTURES, tmp_path / "hub")
-    with HubServer(root, _pins()) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-        monkeypatch.setenv("HF_UPDATE_DOWNLOAD_COUNTS", "0")
+    with published_hub(tmp_path, monkeypatch) as server:
         yield server
 
 
 def get(capsys, name: str, dest: str, *extra: str) -> tuple[int, dict | None, str]:
-    pin = ["--revision", commit_of(UNPINNED[name])] if name in UNPINNED and "--revision" not in extra else []
-    if name in ("ifeval", "instructir"):
-        pin += ["--docs-revision", commit_of("MAIR-Bench/MAIR-Docs")]
-    code = main(["data", "get", name, "--to", dest, *pin, *extra])
+    code = main(["data", "get", name, "--to", dest, *(pin_args(name) if "--revision" not in extra else []), *extra])
     out, err = capsys.readouterr()
     return code, (json.loads(out) if code == 0 else None), err
 

@@ -122,7 +122,7 @@ def effective(deployment: dict, run: dict | None = None) -> dict:
                 "tracking_uri": p.tracking_uri}
     if flow == "pipeline":
         return {"pipeline": resolve(profile, explicit(PipelineOverrides.model_validate(params.get("config") or {})))}
-    assert flow == "sweep", flow
+    assert flow in ("sweep", "paper_experiment"), flow
     return {"pipeline": for_sweep(profile, SweepOverrides.model_validate(params.get("config") or {})).pipeline}
 
 
@@ -145,7 +145,8 @@ def test_every_flow_users_start_has_a_kubernetes_deployment():
 @pytest.mark.parametrize("name", K8S)
 def test_each_kubernetes_deployment_runs_each_stage_where_it_belongs(name):
     d = _deployments()[name]
-    assert d["parameters"] == {"profile": "cluster"}
+    scale = {"scale": 1.0} if name == "paper-experiment-k8s" else {}  # the paper's sizes
+    assert d["parameters"] == {"profile": "cluster", **scale}
     got, pod = effective(d), d["work_pool"].get("job_variables") or {}
     flow = name.removesuffix("-k8s")
     for key in ("seeds", "eval_set"):
