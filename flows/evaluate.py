@@ -6,8 +6,9 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config.profiles import DataSourceOverrides, EvaluationOverrides, Profile, for_evaluation
+from tasks.artifacts import evaluate_artifacts
 from tasks.tracking.runs import evaluate_lineage, flow_run_tracked
-from tasks.stages import evaluate_tracked
+from tasks.stages import artifact_scope, evaluate_tracked, publish_artifacts
 from tasks.evaluation.runner import metric_values
 from tasks.evaluation.summary import comparison_table
 
@@ -33,4 +34,6 @@ def evaluate(
         report = evaluate_tracked(run, "model", model, p.eval_set, p.evaluation, f"{out}/{run.run_id}", p.output_options())
         run.log_metrics(metric_values(report))  # the suite's names on the run the table shows
     print("\n" + comparison_table({model: report}))
-    return report.as_dict(with_per_query=False)
+    result = report.as_dict(with_per_query=False)
+    publish_artifacts(evaluate_artifacts(artifact_scope(), model, result, f"{out}/{run.run_id}", run))
+    return result

@@ -12,7 +12,9 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config.profiles import PipelineOverrides, Profile, explicit, resolve
-from tasks.stages import check_eval_set, evaluate_tracked, log_headline, pipeline_run, synthesize_tracked, train_tracked
+from tasks.artifacts import pipeline_artifacts
+from tasks.stages import (artifact_scope, check_eval_set, evaluate_tracked, log_headline, pipeline_run, publish_artifacts,
+                          synthesize_tracked, train_tracked)
 from tasks.evaluation.summary import comparison_table
 
 
@@ -33,6 +35,8 @@ def pipeline(profile: Profile = "cpu", config: PipelineOverrides = PipelineOverr
         headline = log_headline(run, config, synthesis, trained, reports)
     table = comparison_table(reports, headline)
     print("\n" + table)
+    results = {label: r.as_dict(with_per_query=False) for label, r in reports.items()}
+    publish_artifacts(pipeline_artifacts(artifact_scope(), run, synthesis, trained, results, headline))
     return {"mlflow_run_id": run.run_id, "mlflow_experiment_id": run.experiment_id, "synthesis": synthesis, "checkpoint": trained["checkpoint"],
-            "metrics": {label: r.as_dict(with_per_query=False)["metrics"] for label, r in reports.items()},
+            "metrics": {label: r["metrics"] for label, r in results.items()},
             "headline": headline, "table": table}

@@ -15,7 +15,9 @@ from dualview_core.config.profiles import Profile, SweepOverrides, for_sweep
 from dualview_core.training.sweep_grid import points
 from tasks.tracking.runs import sweep_lineage
 from tasks.evaluation.summary import cells_of, table
-from tasks.stages import evaluate_tracked, log_sweep_figure, pipeline_run, synthesize_tracked, train_point
+from tasks.artifacts import sweep_artifacts
+from tasks.stages import (artifact_scope, evaluate_tracked, log_sweep_figure, pipeline_run, publish_artifacts,
+                          synthesize_tracked, train_point)
 
 
 @flow(name="sweep", log_prints=True)
@@ -25,7 +27,7 @@ def sweep(profile: Profile = "cpu", config: SweepOverrides = SweepOverrides()) -
     p = config.pipeline
     layout = p.layout()
     with pipeline_run(p, flow_run.get_name() or "sweep", sweep_lineage(config)) as run:
-        synthesize_tracked(run, p.seeds, layout.synthesis, p.synthesis, p.output_options())
+        synthesis = synthesize_tracked(run, p.seeds, layout.synthesis, p.synthesis, p.output_options())
         base = evaluate_tracked(run, "base", p.training.model, p.eval_set, p.evaluation, layout.evaluation(run.run_id, "base"),
                                 p.output_options())
         results = [train_point(run, point, p) for point in points(config)]
@@ -33,4 +35,5 @@ def sweep(profile: Profile = "cpu", config: SweepOverrides = SweepOverrides()) -
     rows = {"base": cells_of(base)} | {r["name"]: cells_of(r) for r in results}
     text = table(rows, {k: base.columns[k] for k in base.headline}, label=f"suite {base.suite}")
     print("\n" + text)
+    publish_artifacts(sweep_artifacts(artifact_scope(), run, synthesis, base.as_dict(with_per_query=False), results))
     return {"mlflow_run_id": run.run_id, "points": results, "table": text}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from prefect import flow
 
 from dualview_core.config.profiles import DataSourceOverrides, Profile, SynthesisOverrides, for_synthesis
-from tasks.stages import synthesize_seeds
+from tasks.artifacts import synthesize_artifacts
+from tasks.stages import artifact_scope, publish_artifacts, synthesize_seeds
 
 
 @flow(name="synthesize", log_prints=True)
@@ -19,4 +20,6 @@ def synthesize(
     `profile` (profiles/<name>.yaml) supplies every field left empty; `out` defaults to its workdir's
     synthesis/."""
     seeds, out, config = for_synthesis(profile, seeds, out, config)
-    return synthesize_seeds(seeds, out, config)
+    summary = synthesize_seeds(seeds, out, config)
+    publish_artifacts(synthesize_artifacts(artifact_scope(), summary))
+    return summary

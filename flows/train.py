@@ -6,8 +6,9 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from dualview_core.config.profiles import DataSourceOverrides, Profile, TrainingOverrides, for_training
+from tasks.artifacts import train_artifacts
 from tasks.tracking.runs import flow_run_tracked, train_lineage
-from tasks.stages import train_tracked
+from tasks.stages import artifact_scope, publish_artifacts, train_tracked
 
 
 @flow(name="train", log_prints=True)
@@ -32,4 +33,5 @@ def train(
                           tags, params) as run:
         result = train_tracked(run, p.seeds, dual_views, f"{models}/{run.run_id}", p.training, p.train_processes,
                                p.output_options())
+    publish_artifacts(train_artifacts(artifact_scope(), result, run))
     return {k: v for k, v in result.items() if k != "history"}

@@ -9,7 +9,7 @@ the same output (a schedule and a manual trigger, say) queue instead of interlea
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -19,6 +19,7 @@ from dualview_core.keys import digest
 from dualview_core.storage.layout import REJECTIONS, dual_views_of, output_options
 from dualview_core.storage.filesystems import filesystem, storage_defaults
 from dualview_core.training.sweep_grid import point_training
+from tasks.artifacts import Artifact, Link, Markdown, Table
 from tasks.tracking.runs import RunRef, flow_run_tracked, pipeline_lineage, stage_run
 from tasks.tracking.mlflow_access import flatten, log_datasets, log_dict, log_metrics, mlflow_client, synthesis_metrics
 
@@ -75,6 +76,37 @@ def last_fingerprint(out: str, storage_options: dict) -> str | None:
     from tasks.synthesis.record_store import RecordStore
 
     return RecordStore(out, storage_options).manifest().get("summary", {}).get("source_fingerprint")
+
+
+# --- what a flow run leaves on its page ----------------------------------------------------------
+
+
+def artifact_scope() -> str:
+    """The name artifact keys are stable under: the deployment's, when this flow run is a run of one
+    (`pipeline-k8s`), else the flow's — so a synthesize subflow of watch-seeds is `synthesize`."""
+    from prefect.context import FlowRunContext
+    from prefect.runtime import deployment
+
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        raise RuntimeError("artifacts belong to a flow run: call this inside a flow")
+    return deployment.name if context.flow_run.deployment_id else context.flow.name
+
+
+def publish_artifacts(artifacts: Iterable[Artifact]) -> None:
+    """Create the flow run's artifacts (tasks/artifacts.py builds them): they show on its Artifacts
+    tab, and under their keys on the Artifacts page."""
+    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
+    for a in artifacts:
+        if isinstance(a, Table):
+            create_table_artifact(a.rows, key=a.key, description=a.description)
+        elif isinstance(a, Markdown):
+            create_markdown_artifact(a.text, key=a.key, description=a.description)
+        elif isinstance(a, Link):
+            create_link_artifact(a.url, link_text=a.text, key=a.key, description=a.description)
+        else:
+            raise TypeError(f"not an artifact: {a!r}")
 
 
 # --- pipeline stages: each opens its own nested MLflow run under the flow's parent run ------------

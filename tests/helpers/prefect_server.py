@@ -62,7 +62,7 @@ def prefect_api(env: dict, code: str) -> str:
 
 def run_deployment(env: dict, name: str, parameters: dict, job_variables: dict | None = None) -> dict:
     """Trigger a deployment with custom parameters (and job variables) as the UI's custom run does and
-    wait for it: its final state, its logs, and the seconds from its start to its end."""
+    wait for it: its flow run's id, its final state, its logs, and the seconds from its start to its end."""
     return json.loads(prefect_api(env, f"""
 import json, time
 from prefect.client.orchestration import get_client
@@ -86,6 +86,20 @@ with get_client(sync_client=True) as c:
         time.sleep(1)
     run = c.read_flow_run(run.id)
 took = (run.end_time - run.start_time).total_seconds() if run.start_time and run.end_time else None
-print(json.dumps({{"state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs],
+print(json.dumps({{"id": str(run.id), "state": run.state.type.value, "message": run.state.message, "logs": [l.message for l in logs],
                   "seconds": took}}))
+"""))
+
+
+def flow_run_artifacts(env: dict, flow_run_id: str) -> dict[str, dict]:
+    """A flow run's artifacts as its Artifacts tab lists them, read through the Prefect API: key ->
+    {type, data, description} (a table's data decoded from the JSON Prefect stores)."""
+    return json.loads(prefect_api(env, f"""
+import json
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+with get_client(sync_client=True) as c:
+    found = c.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[{flow_run_id!r}])))
+print(json.dumps({{a.key: {{"type": a.type, "data": json.loads(a.data) if a.type == "table" else a.data,
+                          "description": a.description}} for a in found}}))
 """))

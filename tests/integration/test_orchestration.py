@@ -19,7 +19,8 @@ import pytest
 import s3fs
 
 from dualview_core import sample
-from tests.helpers.prefect_server import BIN, REPO, prefect_api, run_deployment, start, stop, wait_prefect_ready
+from tests.helpers.prefect_server import (BIN, REPO, flow_run_artifacts, prefect_api, run_deployment, start, stop,
+                                         wait_prefect_ready)
 from tests.helpers.services import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -143,6 +144,42 @@ def test_pipeline_through_its_deployment(services, story):
                  f"runs/eval/{run_id}/trained/report.json", f"runs/eval/{run_id}/base/run_og.trec"):
         assert fs.exists(f"{bucket}/{path}"), path
     _assert_no_secrets(parent, children.values(), artifacts, story["first"]["logs"] + story["second"]["logs"])
+
+
+def test_a_pipeline_run_leaves_its_results_as_prefect_artifacts(services, story):
+    """The flow run's Artifacts tab, read back through the Prefect API: the results table holds the
+    numbers MLflow logged (each model's nested evaluate run, the parent's paired difference), the
+    synthesis and training tables those stages' numbers, and a link opens the parent MLflow run. The
+    second pipeline run leaves the same keys, so the Artifacts page follows each result across runs."""
+    parent = story["first_parent"]
+    children = {r.info.run_name: r.data.metrics for r in _mlflow_runs(services["mlflow"], "it-pipeline")
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    artifacts = flow_run_artifacts(services["env"], story["first"]["id"])
+    keys = {f"dualview-pipeline-{kind}" for kind in ("results", "synthesis", "training", "summary", "mlflow-run")}
+    assert set(artifacts) == keys
+    assert set(flow_run_artifacts(services["env"], story["second"]["id"])) == keys
+
+    rows = artifacts["dualview-pipeline-results"]["data"]
+    for label in ("base", "trained"):
+        logged = children[f"evaluate-{label}"]
+        mine = [r for r in rows if r["model"] == label]
+        assert {r["metric"] for r in mine} >= {"sample/p-MRR", "sample/score", "sample/score_mteb1"}
+        for row in mine:
+            for column, suffix in (("value", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high")):
+                assert row[column] == pytest.approx(logged[row["metric"] + suffix], abs=1e-4), (label, row, column)
+    [delta] = [r for r in rows if r["model"] == "trained-base" and r["metric"] == "sample/p-MRR"]
+    for column, suffix in (("value", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"), ("p_value", "_p_value")):
+        assert delta[column] == pytest.approx(parent.data.metrics["delta/sample/p-MRR" + suffix], abs=1e-4), column
+
+    synthesis = {r["measure"]: r["value"] for r in artifacts["dualview-pipeline-synthesis"]["data"]}
+    assert synthesis["synthesis/engine_rows"] == children["synthesize"]["synthesis/engine_rows"] == 8
+    assert synthesis["synthesis/dual_views"] == children["synthesize"]["synthesis/dual_views"]
+    training = {r["measure"]: r["value"] for r in artifacts["dualview-pipeline-training"]["data"]}
+    assert training["train/steps"] == 2 and training["train/final_loss"] == pytest.approx(
+        parent.data.metrics["train/final_loss"], abs=1e-4)
+    assert artifacts["dualview-pipeline-mlflow-run"]["data"] == (
+        f"[MLflow run {parent.info.run_id}]({services['mlflow']}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id})")
+    assert "| trained-base |" in artifacts["dualview-pipeline-summary"]["data"]
 
 
 def test_watch_seeds_resynthesizes_exactly_the_changed_rows(story):
