@@ -202,7 +202,8 @@ def resolve(name: str | None, fields: dict | None = None) -> PipelineConfig:
 
 
 def _set(**fields: Any) -> dict:
-    given = {k: explicit(v) for k, v in fields.items()}
+    """The fields a flow was given: models as what they set, plain values (a URI, a count) as they are."""
+    given = {k: v if v is None or isinstance(v, (str, int, float, bool)) else explicit(v) for k, v in fields.items()}
     return {k: v for k, v in given.items() if v not in (None, {})}
 
 

@@ -248,3 +248,11 @@ def test_storage_options_are_values_not_merged_key_by_key():
 def test_a_sweep_is_named_dualview_sweep_unless_the_caller_names_it():
     assert for_sweep("cpu", None).pipeline.name == SweepConfig().pipeline.name == "dualview-sweep"
     assert for_sweep("cpu", SweepOverrides.model_validate({"pipeline": {"name": "mine"}})).pipeline.name == "mine"
+
+
+def test_plain_values_a_flow_is_given_override_the_profile():
+    from dualview_core.config.profiles import for_evaluation, for_training
+
+    p = for_training("cpu", None, None, 3, "http://mlflow.example:5000")
+    assert p.train_processes == 3 and p.tracking_uri == "http://mlflow.example:5000"
+    assert for_evaluation("cpu", None, None, "sqlite:///x.db").tracking_uri == "sqlite:///x.db"
