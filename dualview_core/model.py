@@ -106,8 +106,26 @@ def _with_pooling(model: SentenceTransformer, pooling: str) -> SentenceTransform
     raise ValueError(f"{model}: no Pooling module to replace with {pooling!r}")
 
 
+def placement(device: str = "auto", precision: str = "auto") -> tuple[str, str]:
+    """(device, precision) as chosen: auto is the first CUDA device with bf16 where one is present,
+    else the CPU with fp32. Asking for CUDA where there is none is a clear error, not a silent CPU run."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if device == "auto":
+        device = "cuda:0" if cuda else "cpu"
+    elif device.startswith("cuda") and not cuda:
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device here (use cpu or auto)")
+    if precision == "auto":
+        precision = "bf16" if device.startswith("cuda") else "fp32"
+    return device, precision
+
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
 def load_model(name: str, *, pooling: str | None = None, max_length: int | None = None, device: str = "cpu",
-               for_training: bool = False, trust_remote_code: bool = False) -> SentenceTransformer:
+               for_training: bool = False, trust_remote_code: bool = False, precision: str = "fp32") -> SentenceTransformer:
     """The SentenceTransformer `name` stands for (an alias, a backbone name, a folder, or a hub id), on
     `device`. A backbone brings its pooling (unless `pooling` is given) and its need for the
     repository's code; a checkpoint this project trained from such code runs the copy it carries."""
@@ -134,7 +152,9 @@ def load_model(name: str, *, pooling: str | None = None, max_length: int | None 
         model.max_seq_length = max_length
     if for_training and not isinstance(model[-1], Normalize):
         model.append(Normalize())
-    return model.to(device)
+    import torch
+
+    return model.to(device=device, dtype=getattr(torch, DTYPES[precision]))
 
 
 def trained_with_remote_code(path: str) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from dualview_core.config.base import ConfigModel, Pooling
@@ -14,6 +16,15 @@ class EvaluationConfig(ConfigModel):
         None, description="A catalog suite or task (followir, infosearch, mair, paper, robust04, ...): "
         "the eval set's path is then the folder `dualview data get` wrote, one subfolder per task. "
         "None: the path is one task's folder.",
+    )
+    device: str = Field(
+        "auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="Where the encoder runs: auto (the first CUDA "
+        "device when there is one, else the CPU), cpu, cuda or cuda:N. Scores are computed in fp32 on the host.",
+    )
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="The encoder's weights and activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, "
+        "bf16 or fp16. Embeddings are cast to fp32 before scoring; a lower precision moves scores by a little "
+        "and can swap near-tied documents (tests/gpu and tests/unit/evaluation state how little).",
     )
     batch_size: int = Field(
         64, gt=0, description="Texts per encoder batch. Larger is faster until memory runs out; "

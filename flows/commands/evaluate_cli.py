@@ -66,8 +66,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if bool(args.suite) == bool(args.eval_set) or bool(args.suite) != bool(args.data):
         raise SourceError("evaluate takes --suite NAME --data DIR (a folder `dualview data get NAME --to DIR` wrote), "
                           "or --eval-set FOLDER (one task)")
-    cfg = _config(args, batch_size=args.batch_size, max_length=args.max_length, top_k=args.top_k, suite=args.suite,
-                  search=args.search, query_template=args.query_template, pooling=args.pooling, strict=args.strict)
+    from pydantic import ValidationError
+
+    from dualview_core.model import placement
+
+    try:
+        cfg = _config(args, batch_size=args.batch_size, max_length=args.max_length, top_k=args.top_k, suite=args.suite,
+                      search=args.search, query_template=args.query_template, pooling=args.pooling, strict=args.strict,
+                      device=args.device, precision=args.precision)
+        placement(cfg.device, cfg.precision)  # a device this machine lacks: refused before anything loads
+    except ValidationError as exc:
+        raise SourceError("; ".join(f"--{'-'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
+    except ValueError as exc:
+        raise SourceError(str(exc)) from None
     if args.mlflow_experiment:  # a server that refuses our credentials: say so before the evaluation, not after
         import mlflow
 
@@ -216,6 +227,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--benchmark", choices=["followir", "infosearch", "mair", "instructir"], help="default: detected")
     ev.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     ev.add_argument("--max-length", type=int, default=DEFAULTS.max_length)
+    ev.add_argument("--device", default=DEFAULTS.device, help="auto (CUDA when present, else cpu), cpu, cuda or cuda:N")
+    ev.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=DEFAULTS.precision,
+                    help="the encoder's precision: auto (bf16 on CUDA, fp32 on the CPU); scores are fp32 either way")
     ev.add_argument("--pooling", choices=POOLING_MODES, help="override the folder's pooling (a plain Hugging Face "
                     "folder declares none: mean unless given)")
     ev.add_argument("--top-k", type=_top_k, default=DEFAULTS.top_k, help="kept per query when ranking the whole corpus ('all': every document)")

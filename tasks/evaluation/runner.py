@@ -145,12 +145,13 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
     """The whole evaluation of one model on a suite (or one folder), as a pipeline stage calls it.
     The model is loaded once; a document shared by two tasks is encoded once. With `progress`,
     long encodings report texts/s and an ETA there."""
-    from dualview_core.model import load_model
+    from dualview_core.model import load_model, placement
 
     cfg = cfg or EvaluationConfig()
     p, folders = evaluation_plan(eval_set_path, cfg, storage_options, benchmark)
     loads = {t.name: _load(folders.get(t.name, eval_set_path), cfg, storage_options, progress, label) for t in p.tasks}
-    encoder = load_model(model, pooling=cfg.pooling, max_length=cfg.max_length)
+    device, precision = placement(cfg.device, cfg.precision)
+    encoder = load_model(model, pooling=cfg.pooling, max_length=cfg.max_length, device=device, precision=precision)
     if progress is not None:
         encoder = MeteredEncoder(encoder, progress, label)
     shared = SharedDocuments(encoder)
@@ -169,6 +170,7 @@ def evaluate_task(model: str, eval_set_path: str, cfg: EvaluationConfig | None =
         reports[task.name] = report
     dropped = {name: loads[name].dropped() for name in reports if loads[name].quarantined}
     details = {"data": eval_set_path, "query_template": cfg.query_template, "documents_encoded": shared.encoded,
+               "device": device, "precision": precision,
                "quarantined": sum(loads[name].quarantined for name in reports), "dropped": dropped}
     report = suite_report(p, reports, cfg, details)
     if out_dir:
@@ -218,7 +220,8 @@ def log_evaluation(tracking_uri: str, run_id: str, report: SuiteReport, artifact
     client = mlflow_client(tracking_uri)
     log_metrics(tracking_uri, run_id, metrics)
     params = {"eval/suite": report.suite, "eval/score_convention": report.details.get("score_convention", ""),
-              "eval/query_template": report.details.get("query_template", "")}
+              "eval/query_template": report.details.get("query_template", ""),
+              "eval/device": report.details.get("device", ""), "eval/precision": report.details.get("precision", "")}
     for task, task_report in report.reports.items():
         with warnings.catch_warnings():  # pandas 3 warns inside mlflow's log_table about str columns
             warnings.filterwarnings("ignore", message=".*select_dtypes.*")
