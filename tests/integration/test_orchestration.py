@@ -182,6 +182,25 @@ def test_a_pipeline_run_leaves_its_results_as_prefect_artifacts(services, story)
     assert "| trained-base |" in artifacts["dualview-pipeline-summary"]["data"]
 
 
+def test_the_flow_runs_artifacts_tab_shows_the_results_in_the_browser(services, story, browser, tmp_path):
+    """Prefect UI → the first pipeline run → Artifacts: each key is listed, and the results table opens
+    with the suite's metrics as MLflow logged them."""
+    env = services["env"]
+    ui = env["PREFECT_API_URL"].removesuffix("/api")
+    page = browser.new_page(viewport={"width": 1600, "height": 1600})
+    page.goto(f"{ui}/runs/flow-run/{story['first']['id']}?tab=Artifacts")
+    page.get_by_text("dualview-pipeline-results").first.wait_for(timeout=60_000)
+    body = page.inner_text("body")
+    for kind in ("results", "synthesis", "training", "summary", "mlflow-run"):
+        assert f"dualview-pipeline-{kind}" in body, kind
+    page.get_by_text("dualview-pipeline-results").first.click()
+    page.get_by_text("sample/p-MRR").first.wait_for(timeout=60_000)
+    page.screenshot(path=str(tmp_path / "prefect-artifacts.png"), full_page=True)
+    table = page.inner_text("body")
+    assert "sample/score" in table and "trained-base" in table
+    page.close()
+
+
 def test_watch_seeds_resynthesizes_exactly_the_changed_rows(story):
     manifest = story["watch_manifest"]  # after two seed rows changed in S3
     assert manifest["plan"]["pending"] == 2 and manifest["plan"]["changed"] == 2 and manifest["cost"]["engine_rows"] == 2
@@ -334,7 +353,13 @@ def test_mlflow_experiment_page_compares_two_pipeline_runs(services, story, brow
     page.get_by_role("button", name="Columns").click()  # as a person does: pick the headline columns
     for metric in UI_HEADLINE:
         page.get_by_placeholder("Search columns").fill(metric)
-        page.get_by_text(metric, exact=True).first.click()
+        # the list highlights the searched text inside every name holding it (base/sample/p-MRR, ...):
+        # pick the entry whose whole name is the metric
+        found = page.get_by_text(metric, exact=True)
+        found.first.wait_for(timeout=30_000)
+        [entry] = [found.nth(i) for i in range(found.count())
+                   if found.nth(i).evaluate("e => e.parentElement.innerText.trim()") == metric]
+        entry.click()
     page.keyboard.press("Escape")
     for metric in UI_HEADLINE:
         page.locator(f"[role=columnheader][col-id='metrics.`{metric}`']").wait_for(timeout=30_000)
