@@ -70,13 +70,15 @@ class SamplingConfig(ConfigModel):
 
 def prompt_sampling(prompt: str) -> SamplingConfig:
     """The decoding a prompt gets unless a profile says otherwise. The compact prompt's suits the tiny
-    CPU model: greedy, a prefill that opens the answer, stops at its end or at a blank line, room for
-    one or two sentences. The paper's: no prefill (the reply reasons first), a stop after the answer
-    block, room for the reasoning."""
+    CPU model: greedy, a prefill that opens the answer, a stop at its end or at the first line break
+    (an instruction is one line; what a small model writes after one is more of the same), and room
+    for the replies it writes to end on their own (benchmarks/README.md has the distribution). The
+    paper's: no prefill (the reply reasons first), a stop after the answer block, room for the
+    reasoning."""
     if prompt == "paper":
         return SamplingConfig(max_tokens=2048, stop=("</answer>",))
-    return SamplingConfig(max_tokens=64, repetition_penalty=1.15, prefill="<answer><new_instruction>",
-                          stop=("</new_instruction>", "</answer>", "\n\n"))
+    return SamplingConfig(max_tokens=256, repetition_penalty=1.15, prefill="<answer><new_instruction>",
+                          stop=("</new_instruction>", "</answer>", "\n"))
 
 
 class VLLMEngineConfig(ConfigModel):
