@@ -279,6 +279,13 @@ class SynthesisConfig(ConfigModel):
     model_cache_dir: str = Field(".cache/models", description="Where packaged models are converted and cached.")
 
     @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> SynthesisConfig:
+        if self.engine == "vllm" and self.sampling.max_tokens >= self.vllm.max_model_len:
+            raise ValueError(f"sampling.max_tokens={self.sampling.max_tokens} leaves no room for a prompt in "
+                             f"vllm.max_model_len={self.vllm.max_model_len}: lower the one or raise the other")
+        return self
+
+    @model_validator(mode="after")
     def _reasoning_first(self) -> SynthesisConfig:
         if self.prompt == "paper" and self.sampling.prefill:
             raise ValueError(f"the paper's prompt asks for reasoning before the answer, and a prefill "

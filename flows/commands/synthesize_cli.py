@@ -43,7 +43,16 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     if args.spec:  # a submitted Ray job (dualview_core/synthesis/job_spec.py): the whole run in one argument
         seeds, seed_options, out, out_options, cfg = read_spec(args.spec)
     elif args.seeds and args.out:
-        seeds, seed_options, out, out_options, cfg = args.seeds, storage_options(args), args.out, None, config_from_args(args)
+        from pydantic import ValidationError
+
+        from flows.commands.train_cli import _one_line
+
+        try:
+            cfg = config_from_args(args)
+        except ValidationError as exc:  # a request that cannot run: one line, before anything starts
+            print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
+            return EXIT_UNUSABLE
+        seeds, seed_options, out, out_options = args.seeds, storage_options(args), args.out, None
     else:
         print("dualview synthesize: give --seeds and --out (or --spec)", file=sys.stderr)
         return EXIT_UNUSABLE

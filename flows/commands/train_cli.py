@@ -56,7 +56,8 @@ def processes_from_args(args: argparse.Namespace) -> int:
 def _one_line(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if callable(errors):  # a pydantic ValidationError: one clause per field
-        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors())
+        clauses = [(".".join(map(str, e["loc"])), e["msg"].removeprefix("Value error, ")) for e in errors()]
+        return "; ".join(f"{where}: {msg}" if where else msg for where, msg in clauses)
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 

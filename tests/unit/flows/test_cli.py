@@ -116,3 +116,12 @@ def test_an_unknown_profile_exits_2_with_one_line(tmp_path, capsys):
     code, summary, err = run(capsys, "synthesize", "--seeds", "s", "--out", str(tmp_path / "o"), "--profile", "laptop")
     assert code == 2 and summary is None
     assert err.strip() == "dualview: error: unknown profile 'laptop'; the profiles are cluster, cpu (profiles/*.yaml)"
+
+
+def test_a_synthesis_request_that_cannot_fit_is_one_line_before_anything_starts(capsys):
+    from flows.cli import main
+
+    code = main(["synthesize", "--seeds", "unused.jsonl", "--out", "unused", "--prompt", "paper"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == ("dualview: error: sampling.max_tokens=2048 leaves no room for a prompt in "
+                                 "vllm.max_model_len=2048: lower the one or raise the other")
