@@ -23,8 +23,9 @@ def evaluate(
     experiment: str = "dualview-evaluate",
     tracking_uri: str | None = None,
 ) -> dict:
-    """`model` defaults to the profile's base model (a folder, a hub id, or 'minilm'); reports go to
-    `out/<MLflow run id>` (default: the profile's `<workdir>/eval`)."""
+    """`model` defaults to the profile's base model (a folder, a hub id, or 'minilm'); a registered model
+    (`models:/NAME/VERSION`, `models:/NAME@ALIAS`) is fetched from the tracking server into the project's
+    cache. Reports go to `out/<MLflow run id>` (default: the profile's `<workdir>/eval`)."""
     p = for_evaluation(profile, eval_set, config, tracking_uri)
     model = model or p.training.model
     out = (out or p.layout().evaluations).rstrip("/")

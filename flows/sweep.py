@@ -26,7 +26,7 @@ def sweep(profile: Profile = "cpu", config: SweepOverrides = SweepOverrides()) -
     config = for_sweep(profile, config)
     p = config.pipeline
     layout = p.layout()
-    with pipeline_run(p, flow_run.get_name() or "sweep", sweep_lineage(config)) as run:
+    with pipeline_run(p, flow_run.get_name() or "sweep", sweep_lineage(config, profile)) as run:
         synthesis = synthesize_tracked(run, p.seeds, layout.synthesis, p.synthesis, p.output_options())
         base = evaluate_tracked(run, "base", p.training.model, p.eval_set, p.evaluation, layout.evaluation(run.run_id, "base"),
                                 p.output_options())

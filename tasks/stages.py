@@ -20,7 +20,8 @@ from dualview_core.storage.layout import REJECTIONS, dual_views_of, output_optio
 from dualview_core.storage.filesystems import filesystem, storage_defaults
 from dualview_core.training.sweep_grid import point_training
 from tasks.artifacts import Artifact, Link, Markdown, Table
-from tasks.tracking.runs import RunRef, flow_run_tracked, pipeline_lineage, stage_run
+from tasks.tracking.runs import (BASE_MODEL, MIXTURE, REGISTERED_MODEL, RunRef, flow_run_tracked, pipeline_lineage,
+                                 stage_run)
 from tasks.tracking.mlflow_access import flatten, log_datasets, log_dict, log_metrics, mlflow_client, synthesis_metrics
 
 SEEDS_CHANGED_EVENT = "dualview.seeds.changed"
@@ -207,7 +208,7 @@ def evaluate_tracked(parent: RunRef, label: str, model: str, eval_set: DataSourc
     from tasks.evaluation.runner import evaluate_task, log_evaluation, write_outputs
 
     with stage_run(parent, f"evaluate-{label}", tags={"dualview.model": model}) as run:
-        with _local_model(model, out_options or {}) as local:
+        with _local_model(model, out_options or {}, run) as local:
             report = evaluate_task(local, eval_set.path, config, storage_options=dict(eval_set.storage_options),
                                    progress=get_run_logger().info, label=f"evaluate {label}")
         write_outputs(report, out, {"model": model, "config": config.model_dump()}, out_options)
@@ -242,12 +243,41 @@ def log_headline(run: RunRef, config: PipelineConfig, synthesis: dict, trained: 
     return metrics
 
 
-@contextlib.contextmanager
-def _local_model(model: str, options: dict) -> Iterator[str]:
-    """A checkpoint on s3:// is copied to a local temporary folder (transformers loads from disk),
-    removed when the evaluation is done."""
-    from dualview_core.storage.filesystems import is_remote
+@task(name="register model", cache_policy=NO_CACHE)
+def register_trained(run: RunRef, config: PipelineConfig, checkpoint: str, report=None) -> dict:
+    """The trained checkpoint as an MLflow model of `run`, registered as a new version of the config's
+    registered model, tagged with the suite's headline numbers when `report` evaluated it, the alias
+    moved to it when the config asks. Not retried: a second attempt would register a second version."""
+    from tasks.evaluation.runner import metric_values
+    from tasks.tracking.registry import log_and_register, version_tags
 
+    tags = {MIXTURE: config.training.mixture.name, BASE_MODEL: config.training.model, "dualview.checkpoint": checkpoint}
+    if report is not None:
+        tags |= version_tags(metric_values(report), report.headline)
+    with _local_model(checkpoint, config.output_options()) as local:
+        version = log_and_register(run.tracking_uri, run.experiment_id, run.run_id, local, config.registered_name(),
+                                   query_template=config.training.query_template, tags=tags,
+                                   alias=config.register_alias)
+    run.set_tags({REGISTERED_MODEL: version.uri})
+    return {"name": version.name, "version": version.version, "uri": version.uri, "alias": config.register_alias,
+            "model_id": version.model_id}
+
+
+@contextlib.contextmanager
+def _local_model(model: str, options: dict, run: RunRef | None = None) -> Iterator[str]:
+    """A checkpoint on s3:// is copied to a local temporary folder (transformers loads from disk),
+    removed when the evaluation is done; a `models:/` URI is the version's folder in the project's
+    cache, fetched from `run`'s tracking server, and `run` is tagged with the version it named."""
+    from dualview_core.storage.filesystems import is_remote
+    from tasks.tracking.registry import fetch_registered, is_models_uri
+
+    if is_models_uri(model):
+        if run is None:
+            raise ValueError(f"{model}: a registered model is resolved on a run's tracking server; none given")
+        local, version = fetch_registered(model, run.tracking_uri)
+        run.set_tags({REGISTERED_MODEL: version.uri})
+        yield local
+        return
     if not is_remote(model):
         yield model
         return

@@ -3,9 +3,10 @@ The `pipeline` and `sweep` flows' forms."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dualview_core.config.base import ConfigModel
 from dualview_core.config.data import DataSource
@@ -36,6 +37,26 @@ def _demo_training() -> TrainingConfig:
                           learning_rate=5e-5, eval_every=6)
 
 
+def registered_model_name(mixture: str, backbone: str) -> str:
+    """The registry name a trained model gets by default: one version line per mixture and backbone,
+    the backbone as its last path segment (a hub id's name, a folder's name), in the characters a
+    `models:/` URI keeps intact.
+
+        >>> registered_model_name("all-dv", "Alibaba-NLP/gte-multilingual-mlm-base")
+        'dualview-all-dv-gte-multilingual-mlm-base'
+        >>> registered_model_name("ins-dv", "/data/My Models/minilm-v2/")
+        'dualview-ins-dv-minilm-v2'
+    """
+    short = re.sub(r"[^A-Za-z0-9._-]+", "-", backbone.rstrip("/").rsplit("/", 1)[-1]).strip("-.")
+    return f"dualview-{mixture}-{short or 'model'}"
+
+
+# What MLflow takes as an alias: letters, digits, _ and -, but not "latest" or a version ("v3"),
+# which `models:/NAME@...` would read as something else.
+_ALIAS = re.compile(r"^[\w-]+$")
+_RESERVED_ALIAS = re.compile(r"^(latest|[vV]\d+)$", re.IGNORECASE)
+
+
 class PipelineConfig(ConfigModel):
     """synthesize → mixture → train → evaluate (trained and base), tracked as one MLflow parent run."""
 
@@ -62,6 +83,24 @@ class PipelineConfig(ConfigModel):
         ".cache/mlflow/artifacts", description="Where a new experiment keeps artifacts (local path or s3://); "
         "None lets a tracking server decide."
     )
+    registered_model: str | None = Field(
+        None, pattern=r"^[^/:@]+$", description="The MLflow registered model the trained checkpoint becomes a "
+        "new version of (`models:/NAME/VERSION`). None: dualview-<mixture>-<backbone>, so runs that differ only "
+        "in data or steps line up as versions of one model; name your own to keep an experiment's versions apart."
+    )
+    register_alias: str | None = Field(
+        None, description="An alias (e.g. candidate) moved to the new version once it is registered, after "
+        "evaluation in the pipeline: `models:/NAME@candidate` then names it. None: no alias moves, so what "
+        "the alias pointed at stays in use until someone promotes a version."
+    )
+
+    @field_validator("register_alias")
+    @classmethod
+    def _an_alias_mlflow_takes(cls, alias: str | None) -> str | None:
+        if alias is not None and (not _ALIAS.match(alias) or _RESERVED_ALIAS.match(alias)):
+            raise ValueError(f"{alias!r} is not an alias: letters, digits, _ and -, and not 'latest' or a version "
+                             "such as 'v3'")
+        return alias
 
     @model_validator(mode="after")
     def _one_query_template(self) -> PipelineConfig:
@@ -72,6 +111,10 @@ class PipelineConfig(ConfigModel):
                              f"{self.evaluation.query_template!r} differ: a model must be evaluated with the template "
                              "it was trained with")
         return self
+
+    def registered_name(self) -> str:
+        """`registered_model`, or the name its mixture and backbone give (`registered_model_name`)."""
+        return self.registered_model or registered_model_name(self.training.mixture.name, self.training.model)
 
     def output_options(self) -> dict:
         """Storage options of everything written under `workdir` (dualview_core.storage.layout's rule)."""

@@ -217,9 +217,10 @@ def for_synthesis(profile: str | None, seeds: Any, out: str | None, config: Any)
     return p.seeds, out or p.layout().synthesis, p.synthesis
 
 
-def for_training(profile: str | None, seeds: Any, config: Any, processes: int | None,
-                 tracking_uri: str | None) -> PipelineConfig:
-    return resolve(profile, _set(seeds=seeds, training=config, train_processes=processes, tracking_uri=tracking_uri))
+def for_training(profile: str | None, seeds: Any, config: Any, processes: int | None, tracking_uri: str | None,
+                 registered_model: str | None = None, register_alias: str | None = None) -> PipelineConfig:
+    return resolve(profile, _set(seeds=seeds, training=config, train_processes=processes, tracking_uri=tracking_uri,
+                                 registered_model=registered_model, register_alias=register_alias))
 
 
 def for_evaluation(profile: str | None, eval_set: Any, config: Any, tracking_uri: str | None) -> PipelineConfig:

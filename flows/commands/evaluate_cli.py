@@ -2,7 +2,8 @@
 
 - `score` scores any system's TREC runs (og and changed) like trec_eval would, plus p-MRR;
 - `evaluate` runs a model on a catalog suite (`--suite paper --data DIR`) or one eval-set folder
-  and prints every task's numbers and the suite's macro values, with bootstrap intervals;
+  and prints every task's numbers and the suite's macro values, with bootstrap intervals; the model
+  may be a registered one (`models:/NAME/VERSION`, `models:/NAME@ALIAS`) on MLFLOW_TRACKING_URI;
 - `compare` pairs two systems query by query (per task; stratified by task for a suite's macro)
   and prints p-values, and for `evaluate --out` reports the suite's table (Table 1 for `paper`).
 All print JSON on stdout (tables go to stderr); values are ×100, as the benchmarks report them.
@@ -55,11 +56,33 @@ def cmd_score(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def registered_model(uri: str) -> tuple[str, dict]:
+    """(the local folder of a `models:/` URI, {name, version} it named), from the tracking server in
+    MLFLOW_TRACKING_URI, else the store the flows use by default. SourceError (one line, exit 2) for a
+    name, version or alias the registry lacks, and for a server that refuses our credentials."""
+    import os
+
+    from dualview_core.config import PipelineConfig
+    from tasks.tracking.mlflow_access import TrackingAccessError
+    from tasks.tracking.registry import fetch_registered
+
+    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI") or PipelineConfig.model_fields["tracking_uri"].default
+    try:
+        local, version = fetch_registered(uri, tracking_uri)
+    except TrackingAccessError as exc:
+        raise SourceError(str(exc)) from None
+    return local, {"name": version.name, "version": version.version}
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from dualview_core.model import resolve_model
     from tasks.evaluation.runner import evaluate_task
+    from tasks.tracking.registry import is_models_uri
 
-    if not Path(resolve_model(args.model)).is_dir():
+    model, registered = args.model, None
+    if is_models_uri(args.model):
+        model, registered = registered_model(args.model)
+    if not Path(resolve_model(model)).is_dir():
         raise SourceError(f"{args.model}: no such model folder (a Hugging Face or sentence-transformers folder, or 'minilm')")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise SourceError(f"{args.out}: exists and is not a folder (--out takes a folder for the runs and report.json)")
@@ -91,14 +114,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             return EXIT_UNUSABLE
     start = time.perf_counter()
     data = args.data or args.eval_set
-    report = evaluate_task(args.model, data, cfg, args.out, args.benchmark, storage_options(args),
+    report = evaluate_task(model, data, cfg, args.out, args.benchmark, storage_options(args),
                            progress=lambda line: print(line, file=sys.stderr))
     if args.mlflow_experiment:
         _log_to_mlflow(report, args.mlflow_experiment)
     print(comparison_table({args.model: report}), file=sys.stderr)
     summary = report.as_dict(with_per_query=False)
-    print_json({"model": args.model, "data": data, **summary,
-                "out": args.out, "seconds": round(time.perf_counter() - start, 2)})
+    named = {"registered_model": registered} if registered else {}
+    print_json({"model": args.model, **named, "data": data, **summary, "out": args.out,
+                "seconds": round(time.perf_counter() - start, 2)})
     return EXIT_OK
 
 
@@ -219,7 +243,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     score.set_defaults(func=cmd_score)
 
     ev = sub.add_parser("evaluate", help="evaluate a model on a suite or an eval set; print its numbers with intervals")
-    ev.add_argument("--model", required=True, help="Hugging Face / sentence-transformers folder, or 'minilm'")
+    ev.add_argument("--model", required=True, help="Hugging Face / sentence-transformers folder, 'minilm', or a "
+                    "registered model, models:/NAME/VERSION or models:/NAME@ALIAS (server: MLFLOW_TRACKING_URI)")
     ev.add_argument("--suite", help=f"a catalog suite or task: {', '.join(_catalog_names())}; needs --data")
     ev.add_argument("--data", help="the folder `dualview data get SUITE --to DIR` wrote (one subfolder per task), local or s3://")
     ev.add_argument("--eval-set", help="one task's FollowIR / InfoSearch / MAIR folder, local or s3:// (instead of --suite)")

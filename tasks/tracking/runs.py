@@ -31,6 +31,9 @@ KIND, GIT_COMMIT = "dualview.run_kind", "dualview.git_commit"  # kind: pipeline,
 SYNTHESIS_MODEL, PROMPT_VERSION = "dualview.synthesis_model", "dualview.prompt_version"
 BASE_MODEL, MIXTURE, MODEL = "dualview.base_model", "dualview.mixture", "dualview.model"
 SEEDS, DUAL_VIEWS, EVAL_SET = "dualview.seeds", "dualview.dual_views", "dualview.eval_set"
+PROFILE, FILTERING = "dualview.profile", "dualview.filtering"  # the profile a run resolved; synthesis.filtering
+# models:/NAME/VERSION: on a pipeline or train run the version it registered, on an evaluate run the one it evaluated
+REGISTERED_MODEL = "dualview.registered_model"
 
 Lineage = tuple[dict[str, str], dict[str, str]]  # (tags, params)
 
@@ -39,25 +42,30 @@ def _tags(kind: str, **tags: object) -> dict[str, str]:
     return {KIND: kind, GIT_COMMIT: git_commit(), **{k: str(v) for k, v in tags.items() if v is not None}}
 
 
-def pipeline_lineage(config: PipelineConfig) -> Lineage:
+def pipeline_lineage(config: PipelineConfig, profile: str | None = None) -> Lineage:
+    """The synthesis stage adds the prompt version and the seed fingerprint it found (`synthesize_tracked`),
+    training the data digest, registration the model version."""
     tags = _tags("pipeline", **{SYNTHESIS_MODEL: config.synthesis.model_id(), BASE_MODEL: config.training.model,
                                 MIXTURE: config.training.mixture.name, SEEDS: config.seeds.path,
-                                EVAL_SET: config.eval_set.path})
+                                EVAL_SET: config.eval_set.path, PROFILE: profile,
+                                FILTERING: config.synthesis.filtering})
     return tags, flatten(config)
 
 
-def sweep_lineage(config: SweepConfig) -> Lineage:
+def sweep_lineage(config: SweepConfig, profile: str | None = None) -> Lineage:
     p = config.pipeline
     tags = _tags("sweep", **{SYNTHESIS_MODEL: p.synthesis.model_id(), BASE_MODEL: p.training.model,
-                             MIXTURE: ",".join(config.mixtures), SEEDS: p.seeds.path, EVAL_SET: p.eval_set.path})
+                             MIXTURE: ",".join(config.mixtures), SEEDS: p.seeds.path, EVAL_SET: p.eval_set.path,
+                             PROFILE: profile, FILTERING: p.synthesis.filtering})
     return tags, flatten(config)
 
 
-def train_lineage(config: TrainingConfig, seeds: DataSource, dual_views: str, storage_options: dict) -> Lineage:
+def train_lineage(config: TrainingConfig, seeds: DataSource, dual_views: str, storage_options: dict,
+                  profile: str | None = None) -> Lineage:
     """The synthesis model and prompt version are read from the dual views themselves."""
     made_by = dual_view_origin(dual_views, storage_options)
     tags = _tags("train", **{BASE_MODEL: config.model, MIXTURE: config.mixture.name, SEEDS: seeds.path,
-                             DUAL_VIEWS: dual_views, **made_by})
+                             DUAL_VIEWS: dual_views, PROFILE: profile, **made_by})
     return tags, {**flatten(config, "training"), "seeds.path": seeds.path, "dual_views": dual_views}
 
 

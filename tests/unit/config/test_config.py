@@ -51,3 +51,28 @@ def test_the_papers_prompt_gets_its_own_decoding_and_refuses_a_prefill():
                                          "top_p": 0.8, "top_k": 20}
     # the cache key names the truncation knobs only where set: earlier runs' keys stand
     assert "top_p" not in SamplingConfig().key() and qwen.key()["top_k"] == 20
+
+
+def test_the_registered_model_is_named_after_mixture_and_backbone_unless_named():
+    from dualview_core.config.profiles import resolve
+
+    assert PipelineConfig().registered_name() == "dualview-all-dv-minilm"
+    assert resolve("cluster").registered_name() == "dualview-ins-dv-gte-multilingual-mlm-base"
+    # derived when asked, so a caller's mixture over the profile's renames the model too
+    assert resolve("cpu", {"training": {"mixture": {"name": "ins-orig"}}}).registered_name() == "dualview-ins-orig-minilm"
+    hub = PipelineConfig(training=TrainingConfig(model="BAAI/bge-m3-retromae", max_length=128))
+    assert hub.registered_name() == "dualview-ins-dv-bge-m3-retromae"
+    assert PipelineConfig(registered_model="mine").registered_name() == "mine"
+    with pytest.raises(ValidationError, match="registered_model"):
+        PipelineConfig(registered_model="a/b")  # `models:/a/b/1` would not name it
+
+
+@pytest.mark.parametrize("alias", ["latest", "v3", "V12", "two words", "x@y", ""])
+def test_an_alias_the_registry_would_refuse_or_misread_is_refused(alias):
+    with pytest.raises(ValidationError, match="register_alias"):
+        PipelineConfig(register_alias=alias)
+
+
+def test_aliases_of_letters_digits_underscores_and_dashes_are_accepted():
+    assert [PipelineConfig(register_alias=a).register_alias for a in ("candidate", "champion_2", "v3-rc")] == [
+        "candidate", "champion_2", "v3-rc"]

@@ -143,3 +143,10 @@ def test_an_mlflow_server_that_cannot_be_reached_is_one_line_before_the_evaluati
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert err.startswith("dualview: error: cannot reach MLflow at http://127.0.0.1:1: ")
+
+
+def test_evaluate_refuses_a_registry_uri_it_cannot_resolve_in_one_line(capsys):
+    code, out, err = cli(capsys, "evaluate", "--model", "models:/dualview-all-dv-minilm", "--eval-set", followir_path())
+    assert code == 2 and out is None
+    assert err == ("dualview: error: models:/dualview-all-dv-minilm: not a registered model URI "
+                   "(models:/NAME/VERSION or models:/NAME@ALIAS)\n")

@@ -8,17 +8,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dualview_core.config import EvaluationConfig, DataSource, TrainingConfig
+from dualview_core.config import EvaluationConfig, DataSource, PipelineConfig, TrainingConfig
 from flows.commands import FOLDER_VARIABLES, apply_project_env
 from tasks.evaluation.runner import MeteredEncoder
 from tasks.tracking.runs import (
     BASE_MODEL,
+    FILTERING,
+    GIT_COMMIT,
     KIND,
+    MIXTURE,
     MODEL,
+    PROFILE,
     PROMPT_VERSION,
     SYNTHESIS_MODEL,
     dual_view_origin,
     evaluate_lineage,
+    pipeline_lineage,
     train_lineage,
 )
 
@@ -29,6 +34,16 @@ def test_an_evaluate_run_names_only_what_it_evaluated():
     assert SYNTHESIS_MODEL not in tags and BASE_MODEL not in tags
     assert params["model"] == "/models/x" and "evaluation.max_length" in params
     assert not any(k.startswith(("synthesis.", "training.")) for k in params)
+
+
+def test_a_pipeline_run_names_its_profile_mixture_backbone_filtering_and_commit():
+    from dualview_core.config.profiles import resolve
+
+    tags, _ = pipeline_lineage(resolve("cluster"), "cluster")
+    assert (tags[KIND], tags[PROFILE], tags[MIXTURE], tags[BASE_MODEL], tags[FILTERING]) == (
+        "pipeline", "cluster", "ins-dv", "gte-multilingual-mlm-base", "none")
+    assert len(tags[GIT_COMMIT]) == 40
+    assert PROFILE not in pipeline_lineage(PipelineConfig())[0]  # a config built in code has no profile to name
 
 
 def test_a_train_run_names_the_synthesis_model_found_in_its_dual_views(tmp_path):
