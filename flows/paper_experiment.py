@@ -13,7 +13,7 @@ from prefect import flow
 
 from dualview_core.config.profiles import Profile, SweepOverrides, explicit
 from dualview_core.training.sweep_grid import paper_grid
-from flows.sweep import sweep
+from flows.sweep import run_grid
 
 
 @flow(name="paper-experiment", log_prints=True)
@@ -23,4 +23,4 @@ def paper_experiment(profile: Profile = "cpu", scale: float | None = None,
     if scale is not None and scale <= 0:
         raise ValueError(f"scale must be positive (got {scale})")
     grid = SweepOverrides.model_validate({**explicit(config), **paper_grid(scale)})
-    return sweep(profile=profile, config=grid)
+    return run_grid(profile, grid)

@@ -39,7 +39,7 @@ def pipeline(profile: Profile = "cpu", config: PipelineOverrides = PipelineOverr
     table = comparison_table(reports, headline)
     print("\n" + table)
     results = {label: r.as_dict(with_per_query=False) for label, r in reports.items()}
-    publish_artifacts(pipeline_artifacts(artifact_scope(), run, synthesis, trained, results, headline))
+    publish_artifacts(pipeline_artifacts(artifact_scope(), run, synthesis, trained, results, headline, registered))
     return {"mlflow_run_id": run.run_id, "mlflow_experiment_id": run.experiment_id, "synthesis": synthesis,
             "checkpoint": trained["checkpoint"], "registered_model": registered,
             "metrics": {label: r["metrics"] for label, r in results.items()},

@@ -23,6 +23,12 @@ from tasks.stages import (artifact_scope, evaluate_tracked, log_sweep_figure, pi
 @flow(name="sweep", log_prints=True)
 def sweep(profile: Profile = "cpu", config: SweepOverrides = SweepOverrides()) -> dict:
     """`profile` supplies the pipeline fields `config.pipeline` leaves unset (see flows/pipeline.py)."""
+    return run_grid(profile, config)
+
+
+def run_grid(profile: Profile, config: SweepOverrides) -> dict:
+    """The sweep's work inside the calling flow run: its MLflow parent, its table and its artifacts
+    (under the caller's scope, so the paper-experiment flow's keys are its own)."""
     config = for_sweep(profile, config)
     p = config.pipeline
     layout = p.layout()

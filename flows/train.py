@@ -38,5 +38,5 @@ def train(
         result = train_tracked(run, p.seeds, dual_views, f"{models}/{run.run_id}", p.training, p.train_processes,
                                p.output_options())
         registered = register_trained(run, p, result["checkpoint"])
-    publish_artifacts(train_artifacts(artifact_scope(), result, run))
+    publish_artifacts(train_artifacts(artifact_scope(), result, run, registered))
     return {**{k: v for k, v in result.items() if k != "history"}, "registered_model": registered}

@@ -30,6 +30,7 @@ from tasks.tracking.mlflow_access import synthesis_metrics
 from tasks.training.trainer import LOSS, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
 
 RESULTS, SUMMARY, SYNTHESIS, TRAINING, MLFLOW_RUN = "results", "summary", "synthesis", "training", "mlflow-run"
+MODEL_VERSION = "model-version"
 DIGITS = 4
 DIFFERENCE = "trained-base"  # the label of the paired difference's rows, as the printed table names it
 MEAN = "_mean"  # a per-step training signal averaged over the run's steps
@@ -79,14 +80,19 @@ def mlflow_run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str | 
     return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
-def links(scope: str, run) -> list[Link]:
-    """Links to what a flow run made elsewhere: its MLflow run (`run`: a RunRef). A registered model
-    version would add its `#/models/<name>/versions/<n>` page here; no flow registers one yet."""
+def links(scope: str, run, registered: Mapping | None = None) -> list[Link]:
+    """Links to what a flow run made elsewhere: its MLflow run (`run`: a RunRef) and, when it
+    registered the trained model (`registered`: name, version), that version's page."""
     url = mlflow_run_url(run.tracking_uri, run.experiment_id, run.run_id)
     if url is None:
         return []
-    return [Link(artifact_key(scope, MLFLOW_RUN), url, f"MLflow run {run.run_id}",
-                 "The MLflow run with this flow run's params, metrics, datasets and files.")]
+    out = [Link(artifact_key(scope, MLFLOW_RUN), url, f"MLflow run {run.run_id}",
+                "The MLflow run with this flow run's params, metrics, datasets and files.")]
+    if registered:
+        page = url.split("#/", 1)[0] + f"#/models/{registered['name']}/versions/{registered['version']}"
+        out.append(Link(artifact_key(scope, MODEL_VERSION), page, f"{registered['name']} version {registered['version']}",
+                        "The registered model version this run trained, with its evaluation as tags."))
+    return out
 
 
 # --- table rows -----------------------------------------------------------------------------------
@@ -224,13 +230,13 @@ def synthesize_artifacts(scope: str, summary: Mapping) -> list[Artifact]:
             _summary(scope, "Synthesis", [synthesis_markdown(summary)])]
 
 
-def train_artifacts(scope: str, trained: Mapping, run) -> list[Artifact]:
+def train_artifacts(scope: str, trained: Mapping, run, registered: Mapping | None = None) -> list[Artifact]:
     return [Table(artifact_key(scope, RESULTS), training_rows(trained), "Steps, final loss, throughput, the mixture."),
-            _summary(scope, "Training", [training_markdown(trained), _mlflow_line(run)]), *links(scope, run)]
+            _summary(scope, "Training", [training_markdown(trained), _mlflow_line(run)]), *links(scope, run, registered)]
 
 
 def pipeline_artifacts(scope: str, run, synthesis: Mapping, trained: Mapping, reports: Mapping[str, Mapping],
-                       headline: Mapping[str, float]) -> list[Artifact]:
+                       headline: Mapping[str, float], registered: Mapping | None = None) -> list[Artifact]:
     """`reports`: label (base, trained) -> report.json dict; `headline`: what the parent run logged."""
     suite = next(iter(reports.values()))["suite"]
     text = [f"Suite `{suite}` (×100, 95% intervals):", columns_markdown(reports, headline),
@@ -239,7 +245,7 @@ def pipeline_artifacts(scope: str, run, synthesis: Mapping, trained: Mapping, re
                   "Base and trained model on every task's and suite's metric, and their paired difference."),
             Table(artifact_key(scope, SYNTHESIS), synthesis_rows(synthesis), "The synthesis stage's numbers."),
             Table(artifact_key(scope, TRAINING), training_rows(trained), "The training stage's numbers."),
-            _summary(scope, "Pipeline", text), *links(scope, run)]
+            _summary(scope, "Pipeline", text), *links(scope, run, registered)]
 
 
 def sweep_artifacts(scope: str, run, synthesis: Mapping, base: Mapping, points: Sequence[Mapping]) -> list[Artifact]:

@@ -24,7 +24,7 @@ class EvaluationConfig(ConfigModel):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto", description="The encoder's weights and activations: auto (bf16 on CUDA, fp32 on the CPU), fp32, "
         "bf16 or fp16. Embeddings are cast to fp32 before scoring; a lower precision moves scores by a little "
-        "and can swap near-tied documents (tests/gpu and tests/unit/evaluation state how little).",
+        "and can swap near-tied documents (tests/helpers/precision.py states how little).",
     )
     batch_size: int = Field(
         64, gt=0, description="Texts per encoder batch. Larger is faster until memory runs out; "

@@ -29,6 +29,9 @@ class GuardConfig(ConfigModel):
     )
 
 
+TRUNCATION = ("top_p", "top_k", "min_p")  # sampling knobs that are off at their defaults
+
+
 class SamplingConfig(ConfigModel):
     """Decoding settings. They are part of every cache key: change one and answers are redone."""
 
@@ -54,18 +57,21 @@ class SamplingConfig(ConfigModel):
         truncation knobs go only where set, so a server that does not know top_k is not sent one."""
         params = {"temperature": self.temperature, "max_tokens": self.max_tokens,
                   "repetition_penalty": self.repetition_penalty, "seed": self.seed}
-        params |= {k: v for k, v in self.truncation().items()}
+        params |= self.truncation()
         return params | ({"stop": list(self.stop)} if self.stop else {})
 
     def truncation(self) -> dict:
         """top_p, top_k and min_p where they differ from off."""
-        off = {"top_p": 1.0, "top_k": 0, "min_p": 0.0}
-        return {k: getattr(self, k) for k, v in off.items() if getattr(self, k) != v}
+        return {k: getattr(self, k) for k in TRUNCATION if getattr(self, k) != type(self).model_fields[k].default}
 
     def key(self) -> dict:
-        """What the cache key holds of these settings: every field, the truncation knobs only where set,
-        so that adding them left the keys of earlier runs, and their cached answers, as they were."""
-        return self.model_dump(mode="json", exclude={"top_p", "top_k", "min_p"}) | self.truncation()
+        """What the cache key holds of these settings: every field, the truncation knobs only where
+        set, so a config that leaves them off keys as one without them."""
+        return self.model_dump(mode="json", exclude=set(TRUNCATION)) | self.truncation()
+
+
+Prompt = Literal["paper", "compact"]  # the polarity-reversal templates (prompts.REVERSAL_PROMPTS)
+Filtering = Literal["none", "guards", "verify"]  # which checks may drop a row (SynthesisConfig.filtering)
 
 
 def prompt_sampling(prompt: str) -> SamplingConfig:
@@ -209,7 +215,7 @@ class RayJobConfig(ConfigModel):
 class SynthesisConfig(ConfigModel):
     """Polarity-reversal synthesis: which engine, how to decode, what to accept."""
 
-    prompt: Literal["paper", "compact"] = Field(
+    prompt: Prompt = Field(
         "compact", description="Which polarity-reversal prompt: 'paper' (prompts/polarity_reversal_paper.md: the "
         "model reasons through five steps, then answers; needs a capable model and room in max_tokens for the "
         "reasoning) or 'compact' (prompts/polarity_reversal.md: the answer only, with an example; for small models)."
@@ -231,7 +237,7 @@ class SynthesisConfig(ConfigModel):
         "model's for the paper's prompt.",
     )
     guards: GuardConfig = Field(default_factory=GuardConfig)
-    filtering: Literal["none", "guards", "verify"] = Field(
+    filtering: Filtering = Field(
         "guards", description="Which rows an answer's checks may drop. 'none' (the paper's choice): only replies "
         "with no parseable answer, None, a truncated reply or a failed call; 'guards': also the content guards "
         "(length, sentences, a copy of the query, talk about the task, near copies of the original instruction); "

@@ -152,9 +152,9 @@ def similarity(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a.lower().split(), b.lower().split(), autojunk=False).ratio()
 
 
-# What `guard` may return: the content rules a filtering policy may apply or waive.
-GUARDS = frozenset({Rejection.EMPTY, Rejection.CHATTER, Rejection.TOO_LONG, Rejection.SAME_AS_QUERY, Rejection.META,
-                    Rejection.TOO_SIMILAR})
+# The content rules `guard` applies to a parsed instruction, which a filtering policy may waive (an
+# empty answer is the parser's verdict, never waived).
+GUARDS = frozenset({Rejection.CHATTER, Rejection.TOO_LONG, Rejection.SAME_AS_QUERY, Rejection.META, Rejection.TOO_SIMILAR})
 
 
 def guard(instruction: str, original_instruction: str, query: str, cfg: GuardConfig = GuardConfig()) -> Rejection | None:

@@ -48,7 +48,7 @@ def passage_text(p: Mapping) -> str:
     return f"{title}\n{as_data(p['text'])}" if title else as_data(p["text"])
 
 
-PROMPTS = tuple(prompts.REVERSAL_PROMPTS)  # the names `synthesis.prompt` accepts
+PROMPTS = tuple(prompts.REVERSAL_PROMPTS)  # the templates by name; config.synthesis.Prompt names the same
 COMPACT, PAPER = "compact", "paper"
 
 

@@ -20,7 +20,9 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import get_args
 
+from dualview_core.config.synthesis import Filtering
 from dualview_core.keys import canonical_json, digest
 from dualview_core.method.parsing import GUARDS, Parsed, Rejection, reasoning
 
@@ -84,24 +86,30 @@ def seed_fields(seed: Mapping) -> dict:
     return {"query_id": seed["query_id"], "query": seed["query"], "original_instruction": seed["instruction"]}
 
 
-FILTERING = ("none", "guards", "verify")  # the policies a run may choose (`synthesis.filtering`)
+FILTERING = get_args(Filtering)  # the policies a run may choose (`synthesis.filtering`)
 
 
 def guard_verdict(rec: Mapping) -> str | None:
-    """The first content guard a record's instruction breaks (a version-2 record keeps it in its rejection)."""
+    """The first content guard a record's instruction breaks; None without an instruction (a
+    version-2 record keeps the verdict in its rejection)."""
     verdict = rec.get("guard")
-    return rec["rejection"] if verdict is None and rec["rejection"] in _GUARD_VALUES else verdict
+    if verdict is None and rec["instruction"] is not None and rec["rejection"] in _GUARD_VALUES:
+        return rec["rejection"]
+    return verdict
 
 
 def under_policy(rec: Mapping, filtering: str, geometry: bool = False) -> str | None:
-    """A record's rejection under filtering policy `filtering`: 'none' waives the content guards (only
-    failures, unparseable replies, None and the geometry filter when on drop a row), 'guards' and
-    'verify' apply them. Idempotent, so a cached record judged under one policy reads right under
-    another; a version-2 record (no `guard` column) has its guard verdict in its rejection."""
+    """A record's rejection under filtering policy `filtering` and the geometry filter on or off.
+
+    What neither decides stands (a failed call, a truncated or unparseable reply, None, an empty
+    answer). Then 'guards' and 'verify' apply the stored guard verdict and 'none' waives it; then,
+    with `geometry`, a stored delta <= 0 rejects. A pure function of the record and the settings, so
+    a cached record judged under other settings reads as this run's would; a record judged with the
+    geometry filter off has no delta, and turning the filter on later does not reject it."""
     rejection, verdict = rec["rejection"], guard_verdict(rec)
-    if rejection is not None and rejection != verdict:
-        return rejection  # not the guards' doing: it stands whatever the policy
-    if filtering != "none":
+    if rejection is not None and rejection not in (verdict, Rejection.GEOMETRY.value):
+        return rejection
+    if filtering != "none" and verdict is not None:
         return verdict
     delta = rec.get("geometry_delta")
     return Rejection.GEOMETRY.value if geometry and delta is not None and delta <= 0 else None

@@ -62,8 +62,10 @@ def render_report(records: Iterable[Mapping], counts: Mapping, *, prompt_version
                   f"max_tokens ({lengths['max_tokens']}) and were cut short.", ""]
     if counts.get("guard_verdicts"):
         applied = counts.get("filtering", "guards") != "none"
-        lines += ["| content guard | rows it " + ("rejected" if applied else "would have rejected") + " |", "|---|---|"]
-        lines += [f"| {reason} | {n} |" for reason, n in counts["guard_verdicts"].items()] + [""]
+        lines += ["| content guard | answers it flags |", "|---|---|"]
+        lines += [f"| {reason} | {n} |" for reason, n in counts["guard_verdicts"].items()]
+        lines += ["", "Under this run's filtering the guards " + ("reject what they flag, unless an earlier check (a "
+                  "truncated reply) did." if applied else "reject nothing: these rows were kept."), ""]
     if by_reason.get("accepted"):
         lines += ["## Accepted", "", *_examples(by_reason["accepted"], "new instruction"), ""]
     for reason in sorted(k for k in by_reason if k != "accepted"):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import get_args
 
 from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
-from dualview_core.config.synthesis import prompt_sampling
+from dualview_core.config.synthesis import Filtering, Prompt, prompt_sampling
 from dualview_core.config.profiles import resolve
 from dualview_core.synthesis.job_spec import read_spec
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
@@ -85,9 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-negative", action="store_true", default=None, help="one reversed view per instruction negative")
     p.add_argument("--geometry-filter", action="store_true", default=None,
                    help="keep only rows the frozen encoder agrees with")
-    p.add_argument("--prompt", choices=["paper", "compact"], default=None,
+    p.add_argument("--prompt", choices=get_args(Prompt), default=None,
                    help="the polarity-reversal prompt: the paper's (reasoning, then the answer) or the compact one for small models")
-    p.add_argument("--filtering", choices=["none", "guards", "verify"], default=None,
+    p.add_argument("--filtering", choices=get_args(Filtering), default=None,
                    help="which checks drop rows: none (the paper), guards (content rules), verify (guards, then a "
                         "second call per accepted row to confirm the reversal)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")

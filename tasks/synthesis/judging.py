@@ -35,8 +35,8 @@ class Judging:
     model_id: str
     sampling: dict
     guards: GuardConfig
+    filtering: str  # records.FILTERING: whether a guard's verdict rejects the row
     geometry_encoder: str | None = None  # the geometry filter's frozen encoder; None: the filter is off
-    filtering: str = "guards"  # records.FILTERING: whether a guard's verdict rejects the row
 
     @property
     def columns(self) -> list[str]:
@@ -67,8 +67,8 @@ class Asking(Prompted):
     @property
     def judging(self) -> Judging:
         cfg = self.cfg
-        return Judging(self.version, self.model_id, self.sampling, cfg.guards,
-                       cfg.geometry_encoder if cfg.geometry_filter else None, cfg.filtering)
+        return Judging(self.version, self.model_id, self.sampling, cfg.guards, cfg.filtering,
+                       cfg.geometry_encoder if cfg.geometry_filter else None)
 
     @property
     def staged_columns(self) -> list[str]:

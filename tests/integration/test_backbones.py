@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dualview_core.config import MixtureConfig, TrainingConfig
-from dualview_core.model import BACKBONES, load_model, trained_with_remote_code
+from dualview_core.model import load_model, trained_with_remote_code
 from tasks.training.worker import run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -85,9 +85,3 @@ def test_a_custom_code_backbone_trains_and_its_checkpoint_loads_with_nothing_mor
     assert type(trained[0].auto_model).__name__ == "TinyDvModel"
     vectors = trained.encode_document(["a passage", "another passage"])
     assert vectors.shape == (2, 32) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-
-
-def test_the_named_backbones_say_where_they_come_from_and_how_they_pool():
-    gte, bge = BACKBONES["gte-multilingual-mlm-base"], BACKBONES["bge-m3-retromae"]
-    assert (gte.model, gte.pooling, gte.trust_remote_code) == ("Alibaba-NLP/gte-multilingual-mlm-base", "cls", True)
-    assert (bge.model, bge.pooling, bge.trust_remote_code) == ("BAAI/bge-m3-retromae", "cls", False)

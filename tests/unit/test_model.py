@@ -94,3 +94,38 @@ def test_a_module_stack_the_project_never_wrote_loads_and_trains_as_saved(tmp_pa
     assert [type(x).__name__ for x in loaded] == ["Transformer", "Pooling", "LayerNorm", "Normalize"]
     vectors = loaded.encode(TEXTS)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, hub_id, trust", [("gte-multilingual-mlm-base", "Alibaba-NLP/gte-multilingual-mlm-base", True),
+                                                ("bge-m3-retromae", "BAAI/bge-m3-retromae", False)])
+def test_a_named_backbone_loads_its_hub_id_with_its_pooling_and_trust(monkeypatch, name, hub_id, trust):
+    import dualview_core.model as model_module
+
+    seen = {}
+
+    class Loaded(Exception):
+        pass
+
+    def fake(path, **kwargs):  # what sentence-transformers would be asked for; nothing is downloaded
+        seen.update(path=path, **kwargs)
+        raise Loaded
+
+    monkeypatch.setattr("sentence_transformers.SentenceTransformer", fake)
+    monkeypatch.setattr(model_module, "_with_pooling", lambda m, pooling: seen.update(pooling=pooling) or m)
+    with pytest.raises(Loaded):
+        model_module.load_model(name)
+    assert seen["path"] == hub_id and seen["trust_remote_code"] is trust
+
+
+def test_only_a_checkpoint_trained_from_trusted_code_says_so(tmp_path):
+    import json
+
+    from dualview_core.model import trained_with_remote_code
+
+    assert not trained_with_remote_code(str(tmp_path))
+    (tmp_path / "dualview.json").write_text(json.dumps({"training_config": {"model": "minilm", "trust_remote_code": False}}))
+    assert not trained_with_remote_code(str(tmp_path))
+    (tmp_path / "dualview.json").write_text(json.dumps({"training_config": {"model": "gte-multilingual-mlm-base"}}))
+    assert trained_with_remote_code(str(tmp_path))
+    (tmp_path / "dualview.json").write_text(json.dumps({"training_config": {"model": "x/y", "trust_remote_code": True}}))
+    assert trained_with_remote_code(str(tmp_path))

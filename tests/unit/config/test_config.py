@@ -41,15 +41,15 @@ def test_the_papers_prompt_gets_its_own_decoding_and_refuses_a_prefill():
     from dualview_core.config import SynthesisConfig
     from dualview_core.config.synthesis import SamplingConfig, prompt_sampling
 
-    paper = SynthesisConfig(prompt="paper", sampling=prompt_sampling("paper"))
+    paper = SynthesisConfig(prompt="paper", sampling=prompt_sampling("paper"), vllm={"max_model_len": 8192})
     assert paper.sampling.prefill == "" and paper.sampling.stop == ("</answer>",) and paper.filtering == "guards"
     with pytest.raises(ValueError, match="reasoning before the answer"):
         SynthesisConfig(prompt="paper")  # the compact prompt's decoding opens the answer at once
     assert SynthesisConfig(filtering="verify").verify and not SynthesisConfig(filtering="none").verify
     qwen = SamplingConfig(temperature=0.7, top_p=0.8, top_k=20)
-    assert qwen.engine_params() | {} == {"temperature": 0.7, "max_tokens": 1024, "repetition_penalty": 1.0, "seed": 0,
+    assert qwen.engine_params() == {"temperature": 0.7, "max_tokens": 1024, "repetition_penalty": 1.0, "seed": 0,
                                          "top_p": 0.8, "top_k": 20}
-    # the cache key names the truncation knobs only where set: earlier runs' keys stand
+    # the cache key names the truncation knobs only where set
     assert "top_p" not in SamplingConfig().key() and qwen.key()["top_k"] == 20
 
 

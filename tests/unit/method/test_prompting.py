@@ -97,3 +97,12 @@ def test_the_papers_fields_list_the_remaining_instruction_negatives(n_inst_neg, 
     assert listed in remaining and "storage 0" not in remaining
     assert all(f"Industrial silo storage {i} for q1." in remaining for i in range(1, n_inst_neg))
     assert "q1-i" not in text and "q1-pos" not in text
+
+
+def test_the_config_offers_exactly_the_templates_there_are():
+    from typing import get_args
+
+    from dualview_core.config.synthesis import Prompt
+    from dualview_core.method.prompting import PROMPTS
+
+    assert set(get_args(Prompt)) == set(PROMPTS)

@@ -196,13 +196,21 @@ def test_a_cached_record_reads_right_under_any_policy():
     v2 = {**judged["guards"], "guard": None}  # a version-2 record: the verdict is in the rejection
     assert guard_verdict(v2) == "meta" and under_policy(v2, "none") is None
     # what is not the guards' doing stands under every policy
-    for reason in ("no_answer", "none", "truncated", "engine_error", "prompt_too_long", "geometry"):
-        assert {under_policy({"rejection": reason, "guard": None}, p) for p in ("none", "guards")} == {reason}
+    for reason in ("no_answer", "none", "empty", "truncated", "engine_error", "prompt_too_long", "unverified"):
+        bare = {"rejection": reason, "guard": None, "instruction": None}
+        assert {under_policy(bare, p, g) for p in ("none", "guards") for g in (False, True)} == {reason}
+    # an empty answer is the parser's verdict, never a guard's to waive (version 2 and 3 alike)
+    empty = record(it, EngineResult(it.cache_key, "<answer><new_instruction></new_instruction></answer>", 900, 5),
+                   Parsed(None, Rejection.EMPTY), filtering="none", **ASK)
+    assert guard_verdict(empty) is None and under_policy(empty, "none") == "empty"
     cut = record(it, EngineResult(it.cache_key, REASONED, 900, 64), ok, guard=Rejection.META, filtering="none", **ASK)
     assert cut["rejection"] == "truncated" and under_policy(cut, "none") == "truncated"
-    # waiving a guard does not waive the geometry filter when it is on
+    # waiving a guard does not waive the geometry filter when it is on; the filter off lets its rows back
     far = {**judged["guards"], "geometry_delta": -0.1}
     assert under_policy(far, "none", geometry=True) == "geometry" and under_policy(far, "none") is None
+    assert under_policy(far, "guards", geometry=True) == "meta"  # the guard's verdict comes first
+    moved = {**judged["none"], "guard": None, "rejection": "geometry", "geometry_delta": -0.1}
+    assert under_policy(moved, "none", geometry=True) == "geometry" and under_policy(moved, "guards") is None
     clean = record(it, result, ok, filtering="guards", **ASK)
     assert clean["guard"] is None and {under_policy(clean, p) for p in ("none", "guards")} == {None}
 

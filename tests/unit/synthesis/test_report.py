@@ -37,7 +37,8 @@ def test_a_run_without_content_filtering_still_says_what_each_guard_would_have_r
                                                    "at_limit": 0, "max_tokens": 2048}}
     text = render_report(records, counts, prompt_version="p1", model_id="m", prompt="paper")
     assert "prompt `paper` version `p1`, model `m`, filtering `none`" in text
-    assert "| content guard | rows it would have rejected |" in text and "| too_long | 2 |" in text
+    assert "| content guard | answers it flags |" in text and "| too_long | 2 |" in text
+    assert "the guards reject nothing: these rows were kept" in text
     assert "median 300, p90 410, p99 410, longest 410; 0 reached max_tokens (2048)" in text
     guarded = render_report(records, counts | {"filtering": "guards"}, prompt_version="p1", model_id="m")
-    assert "| content guard | rows it rejected |" in guarded
+    assert "the guards reject what they flag" in guarded

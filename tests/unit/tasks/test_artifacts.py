@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from tasks.artifacts import (DIFFERENCE, MLFLOW_RUN, RESULTS, SUMMARY, SYNTHESIS, TRAINING, Link, Markdown, Table,
+from tasks.artifacts import (DIFFERENCE, MLFLOW_RUN, RESULTS, SUMMARY, SYNTHESIS, TRAINING, Markdown, Table,
                              artifact_key, evaluate_artifacts, evaluation_rows, mlflow_run_url, pipeline_artifacts,
                              sweep_artifacts, synthesis_rows, synthesize_artifacts, train_artifacts, training_rows)
 from tasks.tracking.runs import RunRef
@@ -161,8 +161,17 @@ def test_an_evaluate_run_leaves_a_table_a_summary_and_a_link():
     assert "| minilm | -10.80 [-17.05, -4.55] | 87.10 [83.10, 91.10] | 66.50 [59.50, 73.50] |" in summary.text
     assert "[MLflow run 0a1b2c](http://127.0.0.1:5000/#/experiments/7/runs/0a1b2c)" in summary.text
     assert "`/eval/0a1b2c`" in summary.text
-    assert link == Link("dualview-evaluate-mlflow-run", "http://127.0.0.1:5000/#/experiments/7/runs/0a1b2c",
-                        "MLflow run 0a1b2c", link.description)
+    assert (link.key, link.url, link.text) == ("dualview-evaluate-mlflow-run",
+                                                "http://127.0.0.1:5000/#/experiments/7/runs/0a1b2c", "MLflow run 0a1b2c")
+    assert link.description
+
+
+def test_a_training_run_that_registered_its_model_links_the_version():
+    *_, run_link, version = train_artifacts("train-k8s", TRAINED, HTTP_RUN, {"name": "dualview-all-dv-minilm", "version": "3"})
+    assert run_link.key == "dualview-train-k8s-mlflow-run"
+    assert (version.key, version.url, version.text) == (
+        "dualview-train-k8s-model-version", "http://127.0.0.1:5000/#/models/dualview-all-dv-minilm/versions/3",
+        "dualview-all-dv-minilm version 3")
 
 
 def test_a_run_on_a_local_mlflow_store_names_the_run_instead_of_linking():
