@@ -322,7 +322,8 @@ UI_HEADLINE = ("sample/p-MRR", "sample/score")  # the suite's own names: the tra
 
 def test_mlflow_experiment_page_compares_two_pipeline_runs(services, story, browser, tmp_path):
     """The story's two pipeline runs: the experiment's run table (in the browser) shows both parents
-    with their p-MRR and Score once those columns are picked, with the logged values."""
+    with their p-MRR and Score once those columns are picked, with the logged values; the model
+    registry holds a version of the trained model per run, tagged with its numbers, and shows both."""
     from mlflow.tracking import MlflowClient
 
     uri = services["mlflow"]
@@ -377,6 +378,18 @@ def test_mlflow_experiment_page_compares_two_pipeline_runs(services, story, brow
         for metric in UI_HEADLINE:
             shown = row.get(f"metrics.`{metric}`", "")
             assert shown and abs(float(shown) - run.data.metrics[metric]) < 1e-6, (metric, shown, run.data.metrics[metric])
+
+    # each pipeline run registered its trained model: two versions, tagged with the trained model's numbers
+    [model] = [m for m in client.search_registered_models() if m.name.startswith("dualview-")]
+    versions = {v.run_id: v for v in client.search_model_versions(f"name = '{model.name}'")}
+    assert set(versions) == {r.info.run_id for r in parents}
+    for run in parents:
+        tags = versions[run.info.run_id].tags
+        assert float(tags["sample/p-MRR"]) == pytest.approx(run.data.metrics["trained/sample/p-MRR"], abs=1e-9)
+    page.goto(f"{uri}/#/models/{model.name}")
+    page.get_by_text("Version 2", exact=True).first.wait_for(timeout=60_000)
+    assert "Version 1" in page.inner_text("body")
+    page.screenshot(path=str(tmp_path / "mlflow-registry.png"), full_page=True)
     page.close()
 
 
