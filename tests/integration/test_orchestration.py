@@ -155,7 +155,8 @@ def test_a_pipeline_run_leaves_its_results_as_prefect_artifacts(services, story)
     children = {r.info.run_name: r.data.metrics for r in _mlflow_runs(services["mlflow"], "it-pipeline")
                 if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     artifacts = flow_run_artifacts(services["env"], story["first"]["id"])
-    keys = {f"dualview-pipeline-{kind}" for kind in ("results", "synthesis", "training", "summary", "mlflow-run")}
+    keys = {f"dualview-pipeline-{kind}" for kind in ("results", "synthesis", "training", "summary", "mlflow-run",
+                                                     "model-version")}
     assert set(artifacts) == keys
     assert set(flow_run_artifacts(services["env"], story["second"]["id"])) == keys
 
@@ -180,6 +181,8 @@ def test_a_pipeline_run_leaves_its_results_as_prefect_artifacts(services, story)
     assert artifacts["dualview-pipeline-mlflow-run"]["data"] == (
         f"[MLflow run {parent.info.run_id}]({services['mlflow']}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id})")
     assert "| trained-base |" in artifacts["dualview-pipeline-summary"]["data"]
+    version = artifacts["dualview-pipeline-model-version"]["data"]  # the version this run registered
+    assert version.startswith("[dualview-") and f"{services['mlflow']}/#/models/dualview-" in version
 
 
 def test_the_flow_runs_artifacts_tab_shows_the_results_in_the_browser(services, story, browser, tmp_path):
