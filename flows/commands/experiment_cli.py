@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flows.commands import EXIT_OK, print_json
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, print_json
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
@@ -34,7 +34,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     if args.scale is not None and args.scale <= 0:
         print(f"dualview: error: --scale must be positive (got {args.scale})", file=sys.stderr)
-        return 2
+        return EXIT_UNUSABLE
     stderr_filter.install()  # Ray Data's known-harmless error line (see the module)
     result = paper_experiment(profile=args.profile, scale=args.scale,
                               config=SweepOverrides.model_validate(overrides_from_args(args)))

@@ -125,3 +125,16 @@ def test_a_synthesis_request_that_cannot_fit_is_one_line_before_anything_starts(
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == ("dualview: error: sampling.max_tokens=2048 leaves no room for a prompt in "
                                  "vllm.max_model_len=2048: lower the one or raise the other")
+
+
+def test_the_experiment_command_sets_only_what_its_flags_say(capsys):
+    from flows.cli import build_parser, main
+    from flows.commands.experiment_cli import overrides_from_args
+
+    args = build_parser().parse_args(["experiment", "--seeds", "s3://team/seeds/", "--data", "/data/paper",
+                                      "--suite", "paper", "--random-seeds", "0", "1"])
+    assert overrides_from_args(args) == {"pipeline": {"seeds": {"path": "s3://team/seeds/"}, "eval_set": {"path": "/data/paper"},
+                                                      "evaluation": {"suite": "paper"}}, "random_seeds": [0, 1]}
+    assert overrides_from_args(build_parser().parse_args(["experiment"])) == {"pipeline": {}}
+    assert main(["experiment", "--scale", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "dualview: error: --scale must be positive (got 0.0)"
