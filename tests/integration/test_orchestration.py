@@ -355,6 +355,10 @@ def test_mlflow_experiment_page_compares_two_pipeline_runs(services, story, brow
             "seeds", "dual_views", "mixture/ins-orig", "followir/sample"}
         assert run.data.tags["dualview.synthesis_model"] == "smollm2" and run.data.tags["dualview.base_model"] == "minilm"
     assert "synthesis/acceptance" in parents[0].data.metrics or "synthesis/acceptance" in parents[1].data.metrics
+    # dataset digests are of content: the same eval set shows the same digest, the edited seeds another
+    digests = [{d.dataset.name: d.dataset.digest for d in run.inputs.dataset_inputs} for run in parents]
+    assert digests[0]["followir/sample"] == digests[1]["followir/sample"]
+    assert digests[0]["seeds"] != digests[1]["seeds"]
 
     page = browser.new_page(viewport={"width": 2400, "height": 1200})
     page.goto(f"{uri}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning")
