@@ -7,7 +7,7 @@ without CPUs, two workers) standing in for the KubeRay cluster.
 
 The `pipeline` deployment runs with `profile: cluster` and only what cannot be the same here
 overridden: the addresses (S3 endpoint, Ray job API, MLflow server), the models (SmolLM2 for
-synthesis, MiniLM for training) and the device settings (the CPU vLLM profile; no GPUs, so no bf16 and
+synthesis, with the compact prompt and decoding it can follow; MiniLM for training) and the device settings (the CPU vLLM profile; no GPUs, so no bf16 and
 two DeepSpeed ranks on CPU). The test checks each stage ran where the profile sends it: synthesis as
 a Ray Job whose driver ran on the head and whose engine ran on the worker nodes, never in the flow-run
 process; results in the PostgreSQL behind MLflow and in S3. Then the same deployment with a wrong
@@ -96,6 +96,7 @@ def overrides(t: Topology, bucket: str) -> dict:
         "tracking_uri": t.mlflow.uri,
         "synthesis": {
             "ray_job": {"address": t.cluster.dashboard, "poll_s": 1.0},
+            "prompt": cpu.synthesis.prompt,  # the one a 135M model can follow, with its decoding below
             "vllm": cpu.synthesis.vllm.model_dump(mode="json"),
             "sampling": cpu.synthesis.sampling.model_dump(mode="json"),
             "model_cache_dir": str(REPO / ".cache" / "models"),  # the packaged model, converted once
