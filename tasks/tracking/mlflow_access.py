@@ -146,11 +146,13 @@ def check_tracking_access(tracking_uri: str, timeout: float = ACCESS_TIMEOUT_S) 
 
 
 def mlflow_client(tracking_uri: str):
+    """A client of `tracking_uri` for runs and the model registry alike: never MLflow's process-wide
+    URIs, which another caller in the same process may have pointed elsewhere."""
     from mlflow.tracking import MlflowClient
 
     if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
         Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=tracking_uri)
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
 # MLflow 3's UI opens an experiment by its kind; without this tag it may guess "GenAI" and hide the run table

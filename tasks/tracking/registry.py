@@ -194,6 +194,16 @@ def cache_folder(tracking_uri: str, version: RegisteredVersion, root: Path | Non
     return (root or REGISTRY_CACHE) / server / version.name / version.version
 
 
+def artifact_location(tracking_uri: str, version: RegisteredVersion) -> str:
+    """Where the version's files are, asked of `tracking_uri` itself. MLflow's own `models:/` download
+    looks the name up in the process-wide registry URI, which another caller in the same process (a
+    flow, a test) may have pointed elsewhere; a location read through our client cannot go astray."""
+    client = mlflow_client(tracking_uri)
+    if version.model_id:  # a version of a logged model: its files are the logged model's
+        return client.get_logged_model(version.model_id).artifact_location
+    return client.get_model_version_download_uri(version.name, version.version)
+
+
 def fetch_registered(uri: str, tracking_uri: str, root: Path | None = None) -> tuple[str, RegisteredVersion]:
     """(the local sentence-transformers folder of `uri`, the version it named). Downloads on first use into
     a folder of its own and renames it into place, so an interrupted download is never taken for one."""
@@ -206,13 +216,13 @@ def fetch_registered(uri: str, tracking_uri: str, root: Path | None = None) -> t
         partial = target.with_name(f"{target.name}.partial-{uuid.uuid4().hex[:8]}")
         try:
             with contextlib.redirect_stdout(sys.stderr):  # the CLI's stdout is its JSON
-                download_artifacts(artifact_uri=version.uri, dst_path=str(partial), tracking_uri=tracking_uri,
-                                   registry_uri=tracking_uri)
-            if not (partial / ST_FOLDER).is_dir():
+                got = Path(download_artifacts(artifact_uri=artifact_location(tracking_uri, version),
+                                              dst_path=str(partial), tracking_uri=tracking_uri, registry_uri=tracking_uri))
+            if not (got / ST_FOLDER).is_dir():
                 raise RegistryError(f"{uri}: version {version.version} of '{version.name}' is not a "
                                     f"sentence-transformers model (no {ST_FOLDER} in its artifacts)")
             with contextlib.suppress(OSError):  # another process may have put the same files in place first
-                partial.replace(target)
+                got.replace(target)
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     return str(target / ST_FOLDER), version

@@ -54,7 +54,9 @@ def test_single_worker_loss_falls_and_signals_are_reported(thirty_steps):
     losses = [v for _, v in series(records, LOSS)]
     assert len(losses) == 30
     first, last = statistics.mean(losses[:10]), statistics.mean(losses[-10:])
-    assert last < 0.5 * first, f"loss did not fall: first 10 steps {first:.3f}, last 10 {last:.3f}"
+    # a dual view keeps the seed's other instruction negatives beside the old positive, so its K hard
+    # negatives are on-topic ones: the loss falls by less in 30 steps than with sampled ones
+    assert last < 0.6 * first, f"loss did not fall: first 10 steps {first:.3f}, last 10 {last:.3f}"
     lrs = [v for _, v in series(records, LR)]  # linear warm-up from 0, then linear decay towards 0
     peak = lrs.index(max(lrs))
     assert lrs[0] == 0.0 and max(lrs) == pytest.approx(cfg.learning_rate) and lrs[-1] < 0.1 * cfg.learning_rate
