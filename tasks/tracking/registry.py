@@ -158,7 +158,9 @@ def log_and_register(tracking_uri: str, experiment_id: str, run_id: str, checkpo
     except MlflowException as exc:
         if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
             raise
-    version = client.create_model_version(name, f"models:/{logged.model_id}", run_id=run_id,
+    # the source is the logged model's own location, not its models:/ URI: a local (SQL) registry store
+    # would resolve that URI through MLflow's process-wide tracking URI, which need not be this one
+    version = client.create_model_version(name, logged.artifact_location, run_id=run_id,
                                           tags={k: str(v) for k, v in (tags or {}).items()}, model_id=logged.model_id)
     if alias:
         client.set_registered_model_alias(name, alias, version.version)
