@@ -36,7 +36,8 @@ def add_endpoint_flag(parser: argparse.ArgumentParser) -> None:
 # Variables naming a folder a tool writes into: created (with parents) before any tool starts, since
 # some create only the last level (Prefect's PREFECT_HOME) and fail on a fresh clone without .cache/.
 FOLDER_VARIABLES = ("HF_HOME", "TORCH_EXTENSIONS_DIR", "PREFECT_HOME", "MPLCONFIGDIR", "VLLM_CACHE_ROOT", "RUSTUP_HOME",
-                    "VLLM_CONFIG_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
+                    "VLLM_CONFIG_ROOT", "TRITON_CACHE_DIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
+                    "MTEB_CACHE")
 
 
 def project_env() -> dict[str, str]:
@@ -52,6 +53,7 @@ def project_env() -> dict[str, str]:
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "VLLM_CONFIG_ROOT": str(cache / "vllm-config"),
         "TRITON_CACHE_DIR": str(cache / "triton"),
+        "MTEB_CACHE": str(cache / "mteb"),  # mteb (the reference-parity tests) makes ~/.cache/mteb on import
         # rustup's proxies (where a Rust toolchain is on PATH) write ~/.rustup when a build probes for
         # cargo: DeepSpeed's sdist does, when pip reads its metadata (tests/integration/test_image_pins.py)
         "RUSTUP_HOME": str(cache / "rustup"),
