@@ -73,10 +73,6 @@ BACKBONES = {
 }
 
 
-def backbone(name: str) -> Backbone | None:
-    return BACKBONES.get(name)
-
-
 def resolve_model(name: str) -> str:
     """A packaged alias ('minilm') to its folder inside site-packages; anything else unchanged."""
     if name in PACKAGED:
@@ -133,7 +129,7 @@ def load_model(name: str, *, pooling: str | None = None, max_length: int | None 
 
     m = st_modules()
     Normalize, Pooling, Transformer = m.Normalize, m.Pooling, m.Transformer
-    named = backbone(name)
+    named = BACKBONES.get(name)
     if named is not None:
         name, pooling = named.model, pooling or named.pooling
         trust_remote_code = trust_remote_code or named.trust_remote_code
@@ -164,7 +160,7 @@ def trained_with_remote_code(path: str) -> bool:
     if not meta.is_file():
         return False
     training = json.loads(meta.read_text(encoding="utf-8")).get("training_config", {})
-    named = backbone(training.get("model", ""))
+    named = BACKBONES.get(training.get("model", ""))
     return bool(training.get("trust_remote_code") or (named is not None and named.trust_remote_code))
 
 

@@ -20,9 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import get_args
 
-from dualview_core.config.synthesis import Filtering
 from dualview_core.keys import canonical_json, digest
 from dualview_core.method.parsing import GUARDS, Parsed, Rejection, reasoning
 
@@ -84,9 +82,6 @@ def prompt_too_long(prompt_tokens: int, max_tokens: int, context: int) -> str | 
 def seed_fields(seed: Mapping) -> dict:
     """The seed columns of a record (contract version 2): what a person reads next to the answer."""
     return {"query_id": seed["query_id"], "query": seed["query"], "original_instruction": seed["instruction"]}
-
-
-FILTERING = get_args(Filtering)  # the policies a run may choose (`synthesis.filtering`)
 
 
 def guard_verdict(rec: Mapping) -> str | None:

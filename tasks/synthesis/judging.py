@@ -35,7 +35,7 @@ class Judging:
     model_id: str
     sampling: dict
     guards: GuardConfig
-    filtering: str  # records.FILTERING: whether a guard's verdict rejects the row
+    filtering: str  # config.synthesis.Filtering: whether a guard's verdict rejects the row
     geometry_encoder: str | None = None  # the geometry filter's frozen encoder; None: the filter is off
 
     @property
