@@ -16,9 +16,9 @@ from dualview_core.config.profiles import ProfileError
 from dualview_core.data.sources import SourceError
 from dualview_core.storage.filesystems import unreachable
 from flows.commands import (EXIT_OK, EXIT_UNUSABLE, apply_project_env, data_cli, evaluate_cli, experiment_cli,
-                            synthesize_cli, train_cli)
+                            pipeline_cli, synthesize_cli, train_cli)
 
-COMMAND_MODULES = (data_cli, evaluate_cli, experiment_cli, synthesize_cli, train_cli)
+COMMAND_MODULES = (data_cli, evaluate_cli, experiment_cli, pipeline_cli, synthesize_cli, train_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

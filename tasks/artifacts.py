@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 from dualview_core.evaluation.headline import DELTA, FINAL_LOSS, P_VALUE, headline_key, training_headline
 from dualview_core.method.metrics import CI_HIGH, CI_LOW
 from tasks.tracking.mlflow_access import synthesis_metrics
-from tasks.training.trainer import LOSS, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
+from tasks.training.trainer import LOSS, PEAK_ACCELERATOR_MB, PEAK_RSS_MB, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
 
 RESULTS, SUMMARY, SYNTHESIS, TRAINING, MLFLOW_RUN = "results", "summary", "synthesis", "training", "mlflow-run"
 MODEL_VERSION = "model-version"
@@ -138,13 +138,16 @@ def synthesis_rows(summary: Mapping) -> list[dict]:
 
 def training_rows(trained: Mapping) -> list[dict]:
     """Steps, final loss, seconds, throughput (per-step samples/s and tokens/s averaged over the
-    steps), the last instruction separation, then the mixture's composition. The trainer records no
-    peak memory, so there is none to show."""
+    steps), peak host and accelerator memory (the largest over the steps), the last instruction
+    separation, then the mixture's composition."""
     history = trained.get("history", [])
     out = training_headline(history, trained["steps"], LOSS) | {"train/seconds": trained.get("seconds")}
     for key in (SAMPLES_PER_S, TOKENS_PER_S):
         if values := [r[key] for r in history if key in r]:
             out[key + MEAN] = sum(values) / len(values)
+    for key in (PEAK_RSS_MB, PEAK_ACCELERATOR_MB):
+        if values := [r[key] for r in history if key in r]:
+            out[key] = max(values)
     if separations := [r[SEPARATION] for r in history if SEPARATION in r]:
         out[SEPARATION] = separations[-1]
     composition = trained.get("composition", {})

@@ -182,7 +182,8 @@ def train_tracked(parent: RunRef, seeds: DataSource, dual_views: str, out: str, 
                            storage_options=output_options(out_options, seeds.storage_options),
                            callback=signals)
         log_dict(run.tracking_uri, run.run_id, result.composition, "training/composition.json")
-        run.set_tags({"dualview.data_digest": result.digest})
+        run.set_tags({"dualview.data_digest": result.digest, "dualview.train_device": result.device,
+                      "dualview.train_precision": result.precision})
         parent.set_tags({"dualview.data_digest": result.digest, "dualview.checkpoint": result.checkpoint})
     return {"checkpoint": result.checkpoint, "steps": result.steps, "seconds": result.seconds,
             "composition": result.composition, "digest": result.digest, "history": result.history}

@@ -122,8 +122,15 @@ class TrainingConfig(ConfigModel):
         0, ge=0, le=3, description="DeepSpeed ZeRO stage. 0 replicates everything (fastest for small "
         "models); 1-2 shard optimizer state and gradients; 3 also shards weights (large models).",
     )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where each rank trains: auto is its CUDA device where torch sees one, else the "
+        "CPU; cuda where there is none is refused before any data is read. Ranks take one device each "
+        "(the launcher's LOCAL_RANK).",
+    )
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 on GPU, fp32 on CPU (CPU bf16 is slow and lossy).",
+        "auto", description="auto: bf16 on GPU, fp32 on CPU (CPU bf16 is slow and lossy). bf16 keeps fp32 "
+        "master weights and sums gradients in fp32. fp16 is not offered: it needs loss scaling, and bf16 "
+        "is the GPU precision.",
     )
     seed: int = Field(0, description="Seed of weights' dropout, row order and negative sampling.")
     eval_every: int = Field(

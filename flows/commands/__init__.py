@@ -20,6 +20,16 @@ def print_json(obj: object) -> None:
     print(json.dumps(obj, indent=2, ensure_ascii=False))
 
 
+def one_line(exc: Exception) -> str:
+    """An error as the one line a refused command prints: a pydantic ValidationError as one clause
+    per field (`field: message`), anything else as its first line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        clauses = [(".".join(map(str, e["loc"])), e["msg"].removeprefix("Value error, ")) for e in errors()]
+        return "; ".join(f"{where}: {msg}" if where else msg for where, msg in clauses)
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def storage_options(args: argparse.Namespace) -> dict:
     """fsspec options for s3:// paths. Credentials come from the environment (AWS_*), never flags."""
     if getattr(args, "endpoint_url", None):

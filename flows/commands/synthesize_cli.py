@@ -10,7 +10,7 @@ from dualview_core.config import OpenAIEngineConfig, SynthesisConfig
 from dualview_core.config.synthesis import Filtering, Prompt, prompt_sampling
 from dualview_core.config.profiles import resolve
 from dualview_core.synthesis.job_spec import read_spec
-from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, one_line, print_json, storage_options
 
 
 def config_from_args(args: argparse.Namespace) -> SynthesisConfig:
@@ -46,12 +46,10 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     elif args.seeds and args.out:
         from pydantic import ValidationError
 
-        from flows.commands.train_cli import _one_line
-
         try:
             cfg = config_from_args(args)
         except ValidationError as exc:  # a request that cannot run: one line, before anything starts
-            print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
+            print(f"dualview: error: {one_line(exc)}", file=sys.stderr)
             return EXIT_UNUSABLE
         seeds, seed_options, out, out_options = args.seeds, storage_options(args), args.out, None
     else:

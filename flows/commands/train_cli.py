@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from dualview_core.config import MixtureConfig, TrainingConfig
 from dualview_core.config.profiles import merge, resolve
-from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, print_json, storage_options
+from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, one_line, print_json, storage_options
 
 # flag dest -> config field, for the fields whose flag name differs from the field name
 MIXTURE_FLAGS = {"mixture": "name", "size": "size", "ratio": "ratio", "total": "total", "corruption": "corruption",
@@ -29,7 +29,8 @@ TRAINING_TYPES = {"model": str, "pooling": str, "max_length": int, "query_templa
                   "temperature": float, "batch_size": int, "grad_cache_chunk": int, "grad_accumulation": int,
                   "learning_rate": float, "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float,
                   "zero_stage": int, "seed": int, "eval_every": int, "save_every": int}
-TRAINING_FLAGS = ("model", "trust_remote_code", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
+TRAINING_CHOICES = ("device", "precision")  # flags whose values are the field's Literal
+TRAINING_FLAGS = ("model", "trust_remote_code", "device", "precision", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
                   "in_batch_negatives", "temperature", "batch_size", "grad_cache_chunk", "grad_accumulation",
                   "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "epochs",
                   "zero_stage", "seed", "eval_every", "save_every")
@@ -53,23 +54,21 @@ def processes_from_args(args: argparse.Namespace) -> int:
     return args.processes or (resolve(args.profile).train_processes if args.profile else 1)
 
 
-def _one_line(exc: Exception) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):  # a pydantic ValidationError: one clause per field
-        clauses = [(".".join(map(str, e["loc"])), e["msg"].removeprefix("Value error, ")) for e in errors()]
-        return "; ".join(f"{where}: {msg}" if where else msg for where, msg in clauses)
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
 def summary(result, started: float) -> dict:
+    from tasks.training.trainer import PEAK_ACCELERATOR_MB, PEAK_RSS_MB
+
     losses = [r["train/loss"] for r in result.history if "train/loss" in r]
     separations = [r["train/instruction_separation"] for r in result.history if "train/instruction_separation" in r]
+    peaks = {key.removeprefix("train/"): round(max(values), 1) for key in (PEAK_RSS_MB, PEAK_ACCELERATOR_MB)
+             if (values := [r[key] for r in result.history if key in r])}
     return {
-        "checkpoint": result.checkpoint, "composition": result.composition, "data_digest": result.digest,
+        "checkpoint": result.checkpoint, "device": result.device, "precision": result.precision,
+        "composition": result.composition, "data_digest": result.digest,
         "steps": result.steps, "resumed_from": result.resumed_from, "world_size": result.world_size, "train_seconds": round(result.seconds, 2),
         "total_seconds": round(time.perf_counter() - started, 2),
         "loss": {"first": losses[0], "last": losses[-1]} if losses else None,
         "separation": {"start": separations[0], "end": separations[-1]} if separations else None,
+        **peaks,
     }
 
 
@@ -111,6 +110,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from dualview_core.method.negatives import NegativesError
     from dualview_core.training.resume import StateMismatch
     from tasks.training.preflight import MemoryShortfall
+    from tasks.training.trainer import DeviceUnavailable
     from tasks.training.output import OutputExists, OutputUnwritable
     from tasks.training.worker import run
 
@@ -122,8 +122,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                          storage_options=storage_options(args), callback=progress_printer(),
                          mixture_cache=args.mixture_cache)
     except (ValidationError, MixtureError, NegativesError, OutputExists, OutputUnwritable, StateMismatch,
-            MemoryShortfall) as exc:
-        print(f"dualview: error: {_one_line(exc)}", file=sys.stderr)
+            MemoryShortfall, DeviceUnavailable) as exc:
+        print(f"dualview: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_UNUSABLE
     print_json(summary(result, started))
     return EXIT_OK
@@ -153,6 +153,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mixture-seed", type=int, help=_help(MixtureConfig, "seed"))
     for flag, kind in TRAINING_TYPES.items():
         p.add_argument(f"--{flag.replace('_', '-')}", type=kind, help=_help(TrainingConfig, flag))
+    for flag in TRAINING_CHOICES:
+        p.add_argument(f"--{flag}", choices=TrainingConfig.model_fields[flag].annotation.__args__,
+                       help=_help(TrainingConfig, flag))
     p.add_argument("--trust-remote-code", action="store_true", default=None,
                    help=_help(TrainingConfig, "trust_remote_code"))
     p.add_argument("--strict-negatives", action="store_true", default=None,

@@ -9,7 +9,8 @@ published there, `tasks.training.output`'s.
 
 Signals go to a callback, `callback(step, {name: value})` on rank 0 — MLflow's `log_metrics` shape;
 the orchestration flow passes one that logs. Per optimizer step: LOSS, LR, SAMPLES_PER_S,
-TOKENS_PER_S; at step 0, every `eval_every` steps and at the end: SEPARATION on held-out pairs.
+TOKENS_PER_S, PEAK_RSS_MB (the largest resident set of any rank so far) and, on CUDA,
+PEAK_ACCELERATOR_MB (the most memory torch allocated on any rank's device so far); at step 0, every `eval_every` steps and at the end: SEPARATION on held-out pairs.
 
 Every `save_every` steps the engine's state is saved to `<out>.state` (`tasks.training.state`); a run
 started again with the same output after a crash loads it and goes on from the next micro-batch,
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from dualview_core.config import TrainingConfig
 from dualview_core.storage.layout import PROJECT_CACHE
-from dualview_core.training.ds_config import deepspeed_config
+from dualview_core.training.ds_config import deepspeed_config, precision
 from dualview_core.training.mixture_store import StoredMixture
 from dualview_core.method.mixtures import Mixture
 from dualview_core.method.negatives import TextBatch, block_width, make_batch
@@ -47,6 +48,7 @@ from tasks.training.output import check_destination, naming_a_full_disk, save_ch
 
 LOSS, LR, SAMPLES_PER_S, TOKENS_PER_S = "train/loss", "train/lr", "train/samples_per_s", "train/tokens_per_s"
 SEPARATION = "train/instruction_separation"
+PEAK_RSS_MB, PEAK_ACCELERATOR_MB = "train/peak_rss_mb", "train/peak_accelerator_mb"
 TOTAL_STEPS = "train/total_steps"  # signalled once, before the first step: how many will run
 
 Callback = Callable[[int, dict[str, float]], None]
@@ -107,6 +109,8 @@ class TrainResult:
     composition: dict = field(default_factory=dict)
     digest: str = ""
     resumed_from: int = 0  # optimizer steps loaded from a saved state (0: a fresh start)
+    device: str = ""  # what trained: cuda or cpu
+    precision: str = ""  # bf16 or fp32
 
 
 # --- environment ----------------------------------------------------------------------------------
@@ -272,6 +276,19 @@ def _most_over_ranks(n: int, world: int) -> int:
     return int(t.item())
 
 
+def _peak_memory(world: int) -> dict[str, float]:
+    """Peak host memory (this process's high-water resident set) and, on CUDA, peak device memory
+    torch allocated, in MiB, each the largest over the ranks."""
+    import resource
+
+    import torch
+
+    peaks = {PEAK_RSS_MB: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # Linux reports KiB
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peaks[PEAK_ACCELERATOR_MB] = torch.cuda.max_memory_allocated()
+    return {k: _most_over_ranks(v, world) / 2**20 for k, v in peaks.items()}
+
+
 def _backward(engine, model, batch: TextBatch, cfg: TrainingConfig, rank: int, world: int) -> tuple[float, int]:
     """Forward, loss and backward of one micro-batch, gradient-cached unless `grad_cache_chunk` is 0.
     Returns (loss, tokens encoded)."""
@@ -346,7 +363,7 @@ def _run_steps(engine, model, mixture: Mixture | StoredMixture, cfg: TrainingCon
         seconds = time.perf_counter() - start
         samples = cfg.batch_size * cfg.grad_accumulation * world
         emit(step, {LOSS: loss_sum / (cfg.grad_accumulation * world), LR: lr,
-                    SAMPLES_PER_S: samples / seconds, TOKENS_PER_S: tokens / seconds})
+                    SAMPLES_PER_S: samples / seconds, TOKENS_PER_S: tokens / seconds, **_peak_memory(world)})
         if pairs and (step == steps or (cfg.eval_every and step % cfg.eval_every == 0)):
             emit(step, {SEPARATION: _separation(model, pairs, cfg)})
         if cfg.save_every and step % cfg.save_every == 0 and step < steps:
@@ -360,7 +377,8 @@ def published_result(out: str, metadata: dict) -> TrainResult:
     """The result of a run whose checkpoint was already published: nothing left to train."""
     steps = metadata["steps"]
     return TrainResult(out, steps, metadata["world_size"], metadata["train_seconds"], [], metadata["composition"],
-                       metadata["data_digest"], resumed_from=steps)
+                       metadata["data_digest"], resumed_from=steps, device=metadata.get("device", ""),
+                       precision=metadata.get("precision", ""))
 
 
 def train(cfg: TrainingConfig, mixture: Mixture | StoredMixture, out: str, *, storage_options: dict | None = None,
@@ -410,13 +428,16 @@ def _train(cfg: TrainingConfig, mixture: Mixture | StoredMixture, out: str, widt
     start = time.perf_counter()
     _run_steps(engine, model, mixture, cfg, steps, width, emit, done=done, saved=saved)
     seconds = time.perf_counter() - start
+    kind = device_kind(cfg)
     metadata = {"training_config": cfg.model_dump(mode="json"), "composition": mixture.composition,
                 "data_digest": mixture.digest, "steps": steps, "world_size": world, "negatives_width": width,
-                "train_seconds": round(seconds, 3), "resumed_from": done, "run_fingerprint": fingerprint}
+                "train_seconds": round(seconds, 3), "resumed_from": done, "run_fingerprint": fingerprint,
+                "device": kind, "precision": precision(cfg, kind)}
     save_checkpoint(engine, cfg, out, storage_options, metadata)
     if rank == 0:
         clear_state(location, storage_options)
-    return TrainResult(out, steps, world, seconds, history, mixture.composition, mixture.digest, done)
+    return TrainResult(out, steps, world, seconds, history, mixture.composition, mixture.digest, done,
+                       metadata["device"], metadata["precision"])
 
 
 def _coming_lr(engine) -> float:
@@ -436,12 +457,29 @@ def _announce(cfg: TrainingConfig, kind: str) -> None:
           + ("; its CPU communication op is compiled on first use (~1-2 min, once)" if first_build else ""), flush=True)
 
 
+class DeviceUnavailable(ValueError):
+    """The config asks for a device this machine does not have."""
+
+
+def device_kind(cfg: TrainingConfig) -> str:
+    """'cuda' or 'cpu', as `cfg.device` chooses (auto: CUDA where torch sees it)."""
+    from dualview_core.model import placement
+
+    try:
+        device, _ = placement(cfg.device)
+    except ValueError as exc:
+        raise DeviceUnavailable(f"training.device: {exc}") from None
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
 def _load(cfg: TrainingConfig, steps: int, world: int):
     import torch
 
     from dualview_core.model import training_model
 
-    kind = "cuda" if torch.cuda.is_available() else "cpu"
+    kind = device_kind(cfg)
+    if kind == "cpu" and torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed would otherwise pick the CUDA it finds
     device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if kind == "cuda" else "cpu"
     if kind == "cuda":
         torch.cuda.set_device(device)

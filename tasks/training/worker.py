@@ -51,7 +51,7 @@ from dualview_core.storage.filesystems import filesystem
 from dualview_core.method.training_rows import total_steps
 from tasks.training.preflight import check_memory, model_shape
 from tasks.training.output import check_destination, check_writable, needed_bytes
-from tasks.training.trainer import (PROJECT_CACHE, Callback, TrainResult, extensions_dir, free_port, published_result,
+from tasks.training.trainer import (PROJECT_CACHE, Callback, TrainResult, device_kind, extensions_dir, free_port, published_result,
                                     train)
 
 MIXTURE_CACHE = PROJECT_CACHE / "mixtures"
@@ -131,7 +131,9 @@ def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, pr
         storage_options: dict | None = None, callback: Callback | None = None,
         mixture_cache: str | os.PathLike | None = None) -> TrainResult:
     """Build (or find) the mixture and train it, in this process (processes=1) or under the
-    launcher. A step that cannot fit in memory is refused (`MemoryShortfall`) before any data is read."""
+    launcher. A device the machine lacks (`DeviceUnavailable`) and a step that cannot fit in memory
+    (`MemoryShortfall`) are refused before any data is read."""
+    device_kind(cfg)
     check_memory(cfg, world=processes)
     shape = model_shape(cfg.model)
     check_writable(out, needed_bytes(shape.params if shape else None, cfg.save_every), storage_options)
@@ -150,8 +152,10 @@ def run(cfg: TrainingConfig, seeds: str, dual_views: str | None, out: str, *, pr
     return launch(cfg, mixture, out, processes, storage_options, callback)
 
 
-def _worker_env(processes: int) -> dict:
+def _worker_env(processes: int, device: str) -> dict:
     env = dict(os.environ)
+    if device == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"  # the launcher and its ranks would otherwise take a CUDA they find
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # the launcher sets them per rank
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
@@ -174,7 +178,7 @@ def launch(cfg: TrainingConfig, mixture: StoredMixture, out: str, processes: int
                "--store", mixture.folder, "--out", out, "--storage-options", str(options), "--result", str(result),
                "--signals", str(signals), "--digest", mixture.digest]
         with open(log, "wb") as sink:
-            proc = subprocess.Popen(cmd, env=_worker_env(processes), stdout=sink, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(cmd, env=_worker_env(processes, device_kind(cfg)), stdout=sink, stderr=subprocess.STDOUT)
             try:
                 follow(signals, proc, callback or (lambda step, metrics: None))
             finally:

@@ -11,4 +11,4 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_a_bf16_run_on_cuda_publishes_fp32_master_weights(stage):
-    check_masters(*trained_weights(stage, "bf16"))
+    check_masters(*trained_weights(stage, "bf16"), stage)

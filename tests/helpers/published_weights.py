@@ -33,10 +33,16 @@ def trained_weights(stage: int, precision: str, steps: int = 3) -> tuple[dict, d
     return weights, working
 
 
-def check_masters(weights: dict, working: dict, device_dtype=torch.bfloat16) -> None:
+def check_masters(weights: dict, working: dict, stage: int) -> None:
+    """A bf16 run publishes fp32 weights that are not bf16 numbers. ZeRO 1-3 train a bf16 working copy,
+    which the published fp32 masters round to exactly; without ZeRO the fp32 weights themselves train
+    (the forward runs under bf16 autocast), so they are the working copy, bit for bit."""
     name = "0.model.embeddings.word_embeddings.weight"
+    working_dtype = torch.float32 if stage == 0 else torch.bfloat16
     for key, value in weights.items():
         assert value.dtype == torch.float32 and key in working
-        assert torch.equal(value.to(device_dtype), working[key].cpu()), key  # masters round to the working copy
+        kept = working[key].cpu()
+        assert kept.dtype == working_dtype, (key, kept.dtype)
+        assert torch.equal(value.to(working_dtype), kept), key
     w = weights[name]
     assert (w != w.bfloat16().float()).float().mean() > 0.5, "published weights passed through bf16"

@@ -116,7 +116,8 @@ def story(services, vllm_server):
     fs.invalidate_cache()
     etags = (etag, fs.info(f"{bucket}/runs/synthesis/manifest.json")["ETag"])
 
-    second = run_deployment(env, "pipeline/pipeline", {"config": config})
+    # the second run asks for the alias the user promotes from: it moves to that run's model version
+    second = run_deployment(env, "pipeline/pipeline", {"config": {**config, "register_alias": "candidate"}})
     assert second["state"] == "COMPLETED", second
     return {"fs": fs, "bucket": bucket, "first": first, "first_parent": parent, "watch_manifest": manifest,
             "unchanged": unchanged, "etags": etags, "second": second}
@@ -380,11 +381,27 @@ def test_mlflow_experiment_page_compares_two_pipeline_runs(services, story, brow
     page.screenshot(path=str(tmp_path / "mlflow-runs.png"), full_page=True)
     table = _rendered_rows(page)
     for run in parents:
-        row = next((cells for cells in table.values() if run.info.run_name in cells.get("attributes.`Run Name`", "")), None)
+        index, row = next(((i, cells) for i, cells in table.items()
+                           if run.info.run_name in cells.get("attributes.`Run Name`", "")), (None, None))
         assert row is not None, (run.info.run_name, table)
         for metric in UI_HEADLINE:
             shown = row.get(f"metrics.`{metric}`", "")
             assert shown and abs(float(shown) - run.data.metrics[metric]) < 1e-6, (metric, shown, run.data.metrics[metric])
+        page.locator(f"[role=row][row-index='{index}'] input[type=checkbox]").first.check()
+
+    # ticked, then Compare: the compare view lists every metric with one column per run
+    page.get_by_role("button", name="Compare").first.click()
+    page.get_by_text("Comparing 2 Runs", exact=False).wait_for(timeout=60_000)
+    compared = _compare_view_metrics(page)
+    page.screenshot(path=str(tmp_path / "mlflow-compare.png"), full_page=True)
+    columns = page.get_by_text("Run ID:", exact=True).first.evaluate("e => e.closest('tr').innerText").split("\t")[1:]
+    by_id = {run.info.run_id: run for run in parents}
+    assert sorted(c.strip() for c in columns) == sorted(by_id), columns
+    for metric in (*UI_HEADLINE, "delta/sample/p-MRR", "train/final_loss"):
+        assert len(compared.get(metric, [])) == 2, (metric, sorted(compared))
+        for run_id, shown in zip(columns, compared[metric], strict=True):
+            # the view rounds (to about four significant digits)
+            assert float(shown) == pytest.approx(by_id[run_id.strip()].data.metrics[metric], rel=1e-3, abs=1e-3), (metric, shown)
 
     # each pipeline run registered its trained model: two versions, tagged with the trained model's numbers
     [model] = [m for m in client.search_registered_models() if m.name.startswith("dualview-")]
@@ -393,11 +410,40 @@ def test_mlflow_experiment_page_compares_two_pipeline_runs(services, story, brow
     for run in parents:
         tags = versions[run.info.run_id].tags
         assert float(tags["sample/p-MRR"]) == pytest.approx(run.data.metrics["trained/sample/p-MRR"], abs=1e-9)
+    first_run = story["first_parent"].info.run_id
+    [second_run] = set(versions) - {first_run}
+    assert client.get_model_version_by_alias(model.name, "candidate").run_id == second_run
+    assert not client.get_model_version(model.name, versions[first_run].version).aliases
     page.goto(f"{uri}/#/models/{model.name}")
     page.get_by_text("Version 2", exact=True).first.wait_for(timeout=60_000)
     assert "Version 1" in page.inner_text("body")
     page.screenshot(path=str(tmp_path / "mlflow-registry.png"), full_page=True)
     page.close()
+
+
+# each virtualized grid scrolled to `top`; its rendered cells as (row offset, column offset, text)
+_SCROLLED_CELLS = """(grids, top) => grids.map(g => { g.scrollTop = top; return [g.scrollHeight,
+    [...g.querySelectorAll('[role=rowgroup] > *')].map(c => [parseFloat(c.style.top), parseFloat(c.style.left), c.innerText.trim()])]; })"""
+
+
+def _compare_view_metrics(page) -> dict[str, list[str]]:
+    """The compare view's Metrics section: metric name -> its values, left to right. The section is
+    two virtualized grids (names; values, a column per run) that render only the rows in view, so
+    both are scrolled down together and their cells paired by row offset."""
+    grids = page.get_by_text("Metrics", exact=True).locator("xpath=..").locator(".ReactVirtualized__Grid")
+    grids.first.wait_for(timeout=60_000)
+    names: dict[float, str] = {}
+    values: dict[float, dict[float, str]] = {}
+    top, height = 0, 1
+    while top < height:
+        grids.evaluate_all(_SCROLLED_CELLS, top)
+        page.wait_for_timeout(100)  # the rows for the new offset render
+        [(height, named), (_, valued)] = grids.evaluate_all(_SCROLLED_CELLS, top)
+        names |= {row: text for row, _, text in named}
+        for row, left, text in valued:
+            values.setdefault(row, {})[left] = text
+        top += 200
+    return {names[row]: [v for _, v in sorted(values.get(row, {}).items())] for row in names}
 
 
 def _rendered_rows(page) -> dict[str, dict[str, str]]:

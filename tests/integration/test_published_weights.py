@@ -1,7 +1,8 @@
 """The published checkpoint holds the optimizer's fp32 master weights, under every ZeRO stage.
 
-A bf16 run trains a bf16 working copy; what it publishes must be the fp32 masters (which round to
-that copy exactly, and mostly are not bf16 numbers themselves). DeepSpeed runs bf16 on CPU too, so
+A bf16 run under ZeRO 1-3 trains a bf16 working copy; what it publishes must be the fp32 masters
+(which round to that copy exactly, and mostly are not bf16 numbers themselves). Without ZeRO the fp32
+weights train under bf16 autocast and are published as they are. DeepSpeed runs bf16 on CPU too, so
 this runs here; tests/gpu/ runs the same check on CUDA. An fp32 run publishes its weights exactly.
 """
 
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.mark.parametrize("stage", [0, 3])
 def test_a_bf16_run_publishes_fp32_master_weights(stage):
-    check_masters(*trained_weights(stage, "bf16"))
+    check_masters(*trained_weights(stage, "bf16"), stage)
 
 
 def test_an_fp32_run_publishes_its_weights_exactly():

@@ -25,7 +25,7 @@ from dualview_core.model import load_model
 from dualview_core.training.separation import pairs_of
 from flows.cli import main
 from tasks.training.worker import load_mixture, run
-from tasks.training.trainer import LOSS, LR, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
+from tasks.training.trainer import LOSS, LR, PEAK_ACCELERATOR_MB, PEAK_RSS_MB, SAMPLES_PER_S, SEPARATION, TOKENS_PER_S
 from tests.helpers.samples import CHECKPOINT_FILES
 from tests.helpers.services import running_with
 
@@ -62,6 +62,10 @@ def test_single_worker_loss_falls_and_signals_are_reported(thirty_steps):
     assert lrs[0] == 0.0 and max(lrs) == pytest.approx(cfg.learning_rate) and lrs[-1] < 0.1 * cfg.learning_rate
     assert all(a > b for a, b in zip(lrs[peak:], lrs[peak + 1 :])), lrs
     assert all(v > 0 for _, v in series(records, SAMPLES_PER_S) + series(records, TOKENS_PER_S))
+    # a high-water mark per step: a model and its optimizer hold hundreds of MiB, and it never falls
+    peaks = [v for _, v in series(records, PEAK_RSS_MB)]
+    assert len(peaks) == 30 and peaks[0] > 200 and peaks == sorted(peaks), peaks
+    assert not series(records, PEAK_ACCELERATOR_MB)  # no CUDA here, so no device memory to report
     separation = series(records, SEPARATION)
     assert [s for s, _ in separation] == [0, 15, 30]
     assert separation[-1][1] > separation[0][1], f"instruction separation did not grow: {separation}"
@@ -144,6 +148,9 @@ def test_cli_makes_a_checkpoint_for_each_mixture(sample, tmp_path, capsys, mixtu
                              "--out", str(out), *tiny, "--zero-stage", str(zero), *extra)
     assert code == 0, err
     assert summary["composition"]["rows"] == rows and summary["steps"] == 1 and summary["checkpoint"] == str(out)
+    assert summary["peak_rss_mb"] > 200 and "peak_accelerator_mb" not in summary
+    assert (summary["device"], summary["precision"]) == ("cpu", "fp32")  # auto, on a machine without CUDA
+    assert json.loads((out / "dualview.json").read_text())["precision"] == "fp32"
     assert CHECKPOINT_FILES <= {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert json.loads((out / "dualview.json").read_text())["training_config"]["zero_stage"] == zero
 
@@ -174,6 +181,8 @@ def test_bad_requests_fail_before_training_with_one_line(sample, tmp_path, capsy
         (["--mixture", "ins-dv"], "mixture ins-dv needs dual-view rows"),
         (["--mixture", "ins-orig", "--size", "200"], "mixture ins-orig needs 200 instruct rows; the data has 66"),
         (["--mixture", "ins-orig", "--zero-stage", "5"], "zero_stage: Input should be less than or equal to 3"),
+        (["--mixture", "ins-orig", "--device", "cuda"],
+         "training.device: device 'cuda' asked for, but torch sees no CUDA device here (use cpu or auto)"),
     ]
     for argv, message in cases:
         code, summary, err = cli(capsys, *base, *argv)

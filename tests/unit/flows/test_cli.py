@@ -138,3 +138,25 @@ def test_the_experiment_command_sets_only_what_its_flags_say(capsys):
     assert overrides_from_args(build_parser().parse_args(["experiment"])) == {"pipeline": {}}
     assert main(["experiment", "--scale", "0"]) == 2
     assert capsys.readouterr().err.strip() == "dualview: error: --scale must be positive (got 0.0)"
+
+
+def test_the_pipeline_command_sets_only_what_its_flags_say():
+    from flows.cli import build_parser
+    from flows.commands.pipeline_cli import overrides_from_args
+
+    args = build_parser().parse_args(["pipeline", "--profile", "cluster", "--seeds", "s3://team/seeds/", "--mixture",
+                                      "all-dv", "--registered-model", "team-retriever", "--register-alias", "candidate"])
+    assert overrides_from_args(args) == {"seeds": {"path": "s3://team/seeds/"}, "training": {"mixture": {"name": "all-dv"}},
+                                         "registered_model": "team-retriever", "register_alias": "candidate"}
+    assert overrides_from_args(build_parser().parse_args(["pipeline"])) == {}
+
+
+def test_a_pipeline_request_mlflow_would_refuse_is_one_line_before_anything_starts(capsys):
+    # 'latest' names whatever version is newest in MLflow, so it cannot be moved; refused before synthesis
+    code, out, err = run(capsys, "pipeline", "--register-alias", "latest")
+    assert (code, out) == (2, None)
+    assert err == ("dualview: error: register_alias: 'latest' is not an alias: letters, digits, _ and -, and not "
+                   "'latest' or a version such as 'v3'\n")
+    code, out, err = run(capsys, "pipeline", "--registered-model", "team/retriever")
+    assert (code, out) == (2, None) and err.count("\n") == 1
+    assert err.startswith("dualview: error: registered_model: String should match pattern")

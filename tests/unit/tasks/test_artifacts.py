@@ -56,8 +56,10 @@ TRAINED = {  # train_tracked's result
     "composition": {"mixture": "ins-orig", "rows": 4, "size_n": 4, "by_source": {"instruct": 4, "dual_view": 0},
                     "distinct_queries": 4, "distinct_seeds": 4, "corrupted": 0, "heldout_pairs": 2, "unmatched_dual_views": 0},
     "history": [{"step": 0, "train/total_steps": 2}, {"step": 0, "train/instruction_separation": 0.01},
-                {"step": 1, "train/loss": 1.5, "train/lr": 1e-5, "train/samples_per_s": 2.0, "train/tokens_per_s": 100.0},
-                {"step": 2, "train/loss": 1.25, "train/lr": 2e-5, "train/samples_per_s": 3.0, "train/tokens_per_s": 150.0},
+                {"step": 1, "train/loss": 1.5, "train/lr": 1e-5, "train/samples_per_s": 2.0, "train/tokens_per_s": 100.0,
+                 "train/peak_rss_mb": 900.5},
+                {"step": 2, "train/loss": 1.25, "train/lr": 2e-5, "train/samples_per_s": 3.0, "train/tokens_per_s": 150.0,
+                 "train/peak_rss_mb": 1024.25},
                 {"step": 2, "train/instruction_separation": 0.02}],
 }
 
@@ -127,6 +129,7 @@ def test_training_rows_hold_steps_final_loss_throughput_and_the_mixture():
         {"measure": "train/seconds", "value": 30.25},
         {"measure": "train/samples_per_s_mean", "value": 2.5},
         {"measure": "train/tokens_per_s_mean", "value": 125.0},
+        {"measure": "train/peak_rss_mb", "value": 1024.25},  # the largest step's; no CUDA, no accelerator row
         {"measure": "train/instruction_separation", "value": 0.02},
         {"measure": "mixture/mixture", "value": "ins-orig"},
         {"measure": "mixture/rows", "value": 4},

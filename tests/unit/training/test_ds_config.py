@@ -33,6 +33,25 @@ def test_gpu_uses_bf16_and_zero_stages_allow_the_torch_optimizer():
     assert ds["zero_allow_untested_optimizer"] is True and ds["train_batch_size"] == 64
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_bf16_under_zero_accumulates_gradients_in_fp32(stage):
+    ds = deepspeed_config(TrainingConfig(zero_stage=stage, precision="bf16"), world_size=1, total_steps=10, device="cuda")
+    assert ds["bf16"] == {"enabled": True} and ds["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert "torch_autocast" not in ds
+
+
+def test_bf16_without_zero_keeps_fp32_weights_and_autocasts_the_forward():
+    # DeepSpeed's own bf16 at stage 0 would sum the chunks' gradients in bf16
+    ds = deepspeed_config(TrainingConfig(zero_stage=0), world_size=1, total_steps=10, device="cuda")
+    assert ds["bf16"] == {"enabled": False} and ds["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
+    assert "data_types" not in ds
+
+
+def test_fp32_has_neither():
+    ds = deepspeed_config(TrainingConfig(zero_stage=2, precision="fp32"), world_size=1, total_steps=10, device="cuda")
+    assert ds["bf16"] == {"enabled": False} and "data_types" not in ds and "torch_autocast" not in ds
+
+
 def test_precision_choice():
     assert precision(TrainingConfig(), "cpu") == "fp32" and precision(TrainingConfig(), "cuda") == "bf16"
     assert precision(TrainingConfig(precision="fp32"), "cuda") == "fp32"
