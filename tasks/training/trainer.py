@@ -197,14 +197,22 @@ def _embed(engine, chunks: list[dict], order: list[int], role: str):
     return _in_input_order(engine(chunks, role), order)  # (texts, dim)
 
 
-def _engine(cfg: TrainingConfig, module, steps: int, world: int, device: str):
-    import deepspeed
+def optimizer_for(module, cfg: TrainingConfig, device: str):
+    """AdamW without decay on biases and norms. On CUDA its fused kernel (one launch for all
+    parameters, at every ZeRO stage: DeepSpeed steps it on the partitions it owns); on the CPU
+    torch's default implementation."""
     import torch
 
-    decay = [p for n, p in module.named_parameters() if p.ndim > 1]  # no decay on biases and norms
+    decay = [p for n, p in module.named_parameters() if p.ndim > 1]
     rest = [p for n, p in module.named_parameters() if p.ndim <= 1]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": rest, "weight_decay": 0.0}], lr=cfg.learning_rate)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                             lr=cfg.learning_rate, fused=True if device == "cuda" else None)
+
+
+def _engine(cfg: TrainingConfig, module, steps: int, world: int, device: str):
+    import deepspeed
+
+    optimizer = optimizer_for(module, cfg, device)
     ds_cfg = deepspeed_config(cfg, world_size=world, total_steps=steps, device=device)
     engine, _, _, _ = deepspeed.initialize(model=module, optimizer=optimizer, config=ds_cfg)
     return engine

@@ -4,8 +4,8 @@ PostgreSQL, artifacts proxied to S3: tests/helpers/mlflow_auth.py).
 A one-step checkpoint is registered by the stage the flows call (`register_trained`) with the suite's
 headline numbers as version tags and the alias `candidate`; `dualview evaluate --model
 models:/NAME@candidate`, logged in as the flow's user through the environment, then prints what
-evaluating the checkpoint folder prints, and a name, version or alias the registry lacks is one line
-and exit 2.
+evaluating the checkpoint folder prints, as does the evaluate flow given `models:/NAME/1`; a name,
+version or alias the registry lacks is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -90,6 +90,22 @@ def test_a_registered_checkpoint_evaluates_by_alias_as_its_folder_does(logged_in
     assert code == 0, err
     assert by_alias["registered_model"] == {"name": name, "version": "1"}
     assert by_alias["metrics"] == local["metrics"] and by_alias["tasks"] == local["tasks"]
+
+    # the evaluate flow (what its deployment's form runs) takes the same URI
+    from prefect.testing.utilities import prefect_test_harness
+
+    from dualview_core.config.profiles import DataSourceOverrides, EvaluationOverrides
+    from flows.evaluate import evaluate as evaluate_flow
+
+    with prefect_test_harness(server_startup_timeout=120):  # a Prefect API for this flow run, stopped here
+        flow_result = evaluate_flow(model=f"models:/{name}/1", eval_set=DataSourceOverrides(path=followir_path()),
+                                    config=EvaluationOverrides(max_length=64, bootstrap_resamples=0), tracking_uri=uri,
+                                    experiment="it-registry-evaluate", out=str(tmp_path / "flow-evaluations"))
+    assert flow_result["metrics"] == local["metrics"]
+    [flow_run] = client.search_runs([client.get_experiment_by_name("it-registry-evaluate").experiment_id],
+                                    filter_string="tags.`dualview.run_kind` = 'evaluate'")  # not its stage run
+    assert flow_run.data.tags["dualview.model"] == f"models:/{name}/1"
+    capsys.readouterr()  # the flow's log lines
 
     # the flavor's files: a signature of strings to (n, 384) vectors, requirements pinned, the checkpoint's metadata
     import yaml

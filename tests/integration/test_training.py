@@ -208,3 +208,15 @@ def test_length_sorted_chunks_do_not_change_embeddings():
     for size in (1, 2, 100):
         got = _embed(module, *_tokenize_sorted(model, texts, size, "query"), "query").detach().numpy()
         np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_the_optimizer_is_fused_on_cuda_and_torch_s_default_on_the_cpu():
+    from tasks.training.trainer import optimizer_for
+
+    model = load_model("minilm", max_length=32, for_training=True)
+    cfg = TrainingConfig(weight_decay=0.1)
+    on_cpu, for_cuda = optimizer_for(model, cfg, "cpu"), optimizer_for(model, cfg, "cuda")
+    assert on_cpu.defaults["fused"] is None and for_cuda.defaults["fused"] is True
+    decayed, plain = for_cuda.param_groups  # biases and norms without decay
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert all(p.ndim > 1 for p in decayed["params"]) and all(p.ndim == 1 for p in plain["params"])
