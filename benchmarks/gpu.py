@@ -9,13 +9,14 @@ about 85M non-embedding parameters; `tiny` (2 × 64) is the smoke shape. Its tok
 MiniLM's (BERT's uncased WordPiece), or `--tokenizer DIR` where the package is not installed. Texts
 are synthetic words long enough to fill `--max-length` tokens, so every token computed is counted.
 
-- train: `--batch` queries × (1 positive + `--negatives` hard negatives) per step, gradient-cache chunk
-  `--chunk`, through the project's trainer (`tasks.training.trainer.train`, as `dualview train` runs
-  it: DeepSpeed at ZeRO `--zero`, the config's precision) and through
-  `CachedMultipleNegativesRankingLoss(mini_batch_size=chunk)` in a plain AdamW loop on the same rows, the same
-  negatives, the same precision (bf16 on CUDA: its forward, loss and backward under autocast). Per side: queries/s, the
-  median over the steps after `--skip`, from the interval between consecutive step ends; tokens/s; MFU
-  = 6 · N (non-embedding) · tokens/s over the chip's dense bf16 peak (null where the chip is not in
+- train: `--batch` queries × (1 positive + `--negatives` hard negatives) per step, through the
+  project's trainer (`tasks.training.trainer.train`, as `dualview train` runs it: DeepSpeed at ZeRO
+  `--zero`, the config's precision, gradient-cache chunk `--chunk`, by default auto, sized from the
+  free memory) and through `CachedMultipleNegativesRankingLoss` with the chunk the trainer ran, in a
+  plain AdamW loop on the same rows, the same negatives, the same precision (bf16 on CUDA: its
+  forward, loss and backward under autocast). Per side: queries/s, the median over the steps after
+  `--skip`, from the interval between consecutive step ends; tokens/s; peak device memory; MFU =
+  6 · N (non-embedding) · tokens/s over the chip's dense bf16 peak (null where the chip is not in
   PEAK_BF16_FLOPS, the CPU included); the ratio ours / sentence-transformers.
 - encode: `--docs` documents through the evaluation's encoder (`load_model` at the precision, in
   `MeteredEncoder`'s length-sorted blocks) and through `SentenceTransformer.encode_document` on the
@@ -133,16 +134,24 @@ def train_ours(args, model: str, mixture, workdir: Path) -> dict:
 
     cfg = training_config(args, model)
     result = train(cfg, mixture, str(workdir / "ours-checkpoint"), callback=signal)
+    ran = json.loads((workdir / "ours-checkpoint" / "dualview.json").read_text())["training_config"]
     qps = steady(ends, args.batch, args.skip)
     return {"queries_per_s": qps, "tokens_per_s": qps * texts_per_query(args) * args.max_length,
-            "device": result.device, "precision": result.precision, "steps": len(ends)}
+            "device": result.device, "precision": result.precision, "steps": len(ends),
+            "grad_cache_chunk": ran["grad_cache_chunk"], "peak_accelerator_mb": peak(result, "train/peak_accelerator_mb"),
+            "peak_rss_mb": peak(result, "train/peak_rss_mb")}
+
+
+def peak(result, key: str) -> float | None:
+    values = [r[key] for r in result.history if key in r]
+    return max(values) if values else None
 
 
 def texts_per_query(args) -> int:
     return 2 + args.negatives  # the query, its positive, its K negatives
 
 
-def train_st(args, model: str, mixture) -> dict:
+def train_st(args, model: str, mixture, chunk: int) -> dict:
     """CachedMultipleNegativesRankingLoss on the same rows and negatives, in a plain loop (AdamW; the
     forward, the loss and the backward with its chunk re-encoding all under the precision's autocast),
     so the comparison is with the loss itself at its best, not with a trainer around it."""
@@ -158,10 +167,17 @@ def train_st(args, model: str, mixture) -> dict:
 
     cfg = training_config(args, model)
     device, chosen = placement_of(args)
+    if device.startswith("cuda"):  # what our run left is freed, and the peak counted from here
+        import gc
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     st = SentenceTransformer(model, device=device)
     st.max_seq_length = args.max_length
     st.train()
-    loss_fn = CachedMultipleNegativesRankingLoss(st, scale=1.0 / cfg.temperature, mini_batch_size=args.chunk)
+    # the trainer's chunk; 0 (no caching) is one mini-batch per column
+    loss_fn = CachedMultipleNegativesRankingLoss(st, scale=1.0 / cfg.temperature, mini_batch_size=chunk or args.batch)
     optimizer = torch.optim.AdamW(st.parameters(), lr=2e-5)
     kind = "cuda" if device.startswith("cuda") else "cpu"
     rows, ends = list(mixture.rows), []
@@ -182,7 +198,8 @@ def train_st(args, model: str, mixture) -> dict:
         ends.append(time.perf_counter())
     qps = steady(ends, args.batch, args.skip)
     return {"queries_per_s": qps, "tokens_per_s": qps * texts_per_query(args) * args.max_length, "steps": len(ends),
-            "device": device, "precision": chosen}
+            "device": device, "precision": chosen, "mini_batch_size": chunk or args.batch,
+            "peak_accelerator_mb": torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else None}
 
 
 def placement_of(args) -> tuple[str, str]:
@@ -203,7 +220,7 @@ def peak_flops() -> float | None:
 def part_train(args, model: str, params: int, workdir: Path) -> dict:
     mixture = build_mixture_for(args, workdir)
     ours = train_ours(args, model, mixture, workdir)
-    st = train_st(args, model, mixture)
+    st = train_st(args, model, mixture, ours["grad_cache_chunk"])
     peak = peak_flops()
     for side in (ours, st):
         side["mfu"] = 6 * params * side["tokens_per_s"] / peak if peak else None
@@ -261,7 +278,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--negatives", type=int, default=15)
     p.add_argument("--max-length", type=int, default=256)
-    p.add_argument("--chunk", type=int, default=512)
+    p.add_argument("--chunk", type=lambda v: v if v == "auto" else int(v), default="auto",
+                   help="gradient-cache chunk (auto: the trainer sizes it; the loss then gets the chunk it chose)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--skip", type=int, default=3)
     p.add_argument("--docs", type=int, default=4096)
@@ -271,7 +289,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 SMOKE = {"shape": "tiny", "device": "cpu", "precision": "fp32", "batch": 4, "negatives": 3, "max_length": 32,
-         "chunk": 8, "steps": 4, "skip": 1, "docs": 64, "encode_batch": 16, "repeats": 1}
+         "chunk": "auto", "steps": 4, "skip": 1, "docs": 64, "encode_batch": 16, "repeats": 1}
 
 
 def main(argv: list[str] | None = None) -> dict:

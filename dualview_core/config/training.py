@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -95,14 +95,16 @@ class TrainingConfig(ConfigModel):
         "make fewer calls (each gathers the weights under ZeRO-3). Results do not depend on it. "
         "Used when grad_cache_chunk is 0.",
     )
-    grad_cache_chunk: int = Field(
-        8, ge=0, description="Texts whose activations are kept at once (gradient caching): a step "
+    grad_cache_chunk: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        8, description="Texts whose activations are kept at once (gradient caching): a step "
         "embeds all its texts without graphs, takes the loss's gradient w.r.t. the embeddings, then "
         "re-encodes this many texts at a time with their graphs. Peak memory follows the chunk, not "
         "batch x (1 + K); the gradients are the uncached step's; it costs one extra forward pass. "
         "0: off (every text's graph kept until the backward pass, chunks of encode_chunk). 8 keeps a "
         "MiniLM step at 512 tokens near 3 GiB on CPU by the preflight's estimate (dualview_core/training/"
-        "memory.py); on a GPU a larger chunk (e.g. 64) is faster: fewer, fuller encoder calls.",
+        "memory.py); on a GPU larger chunks are faster: fewer, fuller encoder calls. auto: each run "
+        "sizes it, once its model is loaded, from the memory the device has free (the largest chunk "
+        "the estimate fits, 0 when the whole step fits); the smallest any rank can take.",
     )
     grad_accumulation: int = Field(
         1, gt=0, description="Micro-batches per optimizer step. Raises the effective batch without "

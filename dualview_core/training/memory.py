@@ -87,18 +87,45 @@ def activation_bytes(shape: ModelShape, *, texts: int, max_length: int, precisio
     return shape.layers * per_layer
 
 
-def graph_texts(*, grad_cache_chunk: int, batch_size: int, negatives: int) -> int:
+def graph_texts(*, grad_cache_chunk: int | str, batch_size: int, negatives: int) -> int:
     """Texts whose graphs a step keeps at once: one chunk, or all of a micro-batch (its queries,
-    positives and K negatives each) without gradient caching."""
+    positives and K negatives each) without gradient caching; `auto` at the least, one text (it
+    is sized to what fits once the model is loaded)."""
     whole = batch_size * (2 + negatives)
+    if grad_cache_chunk == "auto":
+        return 1
     return min(grad_cache_chunk, whole) if grad_cache_chunk else whole
 
 
-def step_memory(shape: ModelShape, *, grad_cache_chunk: int, batch_size: int, negatives: int, max_length: int,
+def step_memory(shape: ModelShape, *, grad_cache_chunk: int | str, batch_size: int, negatives: int, max_length: int,
                 precision: str, zero_stage: int, world: int) -> StepMemory:
     texts = graph_texts(grad_cache_chunk=grad_cache_chunk, batch_size=batch_size, negatives=negatives)
     return StepMemory(state_bytes(shape, precision=precision, zero_stage=zero_stage, world=world),
                       activation_bytes(shape, texts=texts, max_length=max_length, precision=precision), texts)
+
+
+HEADROOM = 0.9  # share of the available memory a sized chunk may plan to use
+
+
+def sized_chunk(shape: ModelShape, available: int, *, batch_size: int, negatives: int, max_length: int,
+                precision: str, zero_stage: int, world: int, headroom: float = HEADROOM) -> int:
+    """The gradient-cache chunk `auto` becomes: 0 (no caching) when a whole micro-batch's graphs fit
+    beside the state and the runtime in `headroom` of `available` bytes, else the most texts whose
+    graphs do (at least 1: the pre-flight check refuses what even that cannot fit).
+
+        >>> shape = ModelShape(params=110_000_000, layers=12, hidden=768, heads=12, intermediate=3072)
+        >>> sizes = dict(batch_size=64, negatives=15, max_length=256, precision="bf16", zero_stage=0, world=1)
+        >>> sized_chunk(shape, 80 * GIB, **sizes), sized_chunk(shape, 16 * GIB, **sizes)
+        (523, 86)
+        >>> sized_chunk(shape, 80 * GIB, **(sizes | {"batch_size": 8, "negatives": 3}))  # 40 texts fit whole
+        0
+    """
+    budget = int(available * headroom) - state_bytes(shape, precision=precision, zero_stage=zero_stage, world=world) - RUNTIME
+    per_text = activation_bytes(shape, texts=1, max_length=max_length, precision=precision)
+    whole = batch_size * (2 + negatives)
+    if per_text * whole <= budget:
+        return 0
+    return max(1, budget // per_text)
 
 
 def gib(n: int) -> str:
@@ -109,7 +136,7 @@ def gib(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def shortfall(need: StepMemory, available: int, *, where: str, grad_cache_chunk: int, max_length: int) -> str | None:
+def shortfall(need: StepMemory, available: int, *, where: str, grad_cache_chunk: int | str, max_length: int) -> str | None:
     """None when the step fits in `available` bytes; else the one line that says what to change."""
     if need.total <= available:
         return None

@@ -25,8 +25,18 @@ from flows.commands import EXIT_OK, EXIT_UNUSABLE, add_endpoint_flag, one_line, 
 MIXTURE_FLAGS = {"mixture": "name", "size": "size", "ratio": "ratio", "total": "total", "corruption": "corruption",
                  "heldout_fraction": "heldout_fraction", "mixture_seed": "seed"}
 MIXTURE_TYPES = {"size": int, "ratio": float, "total": int, "corruption": float, "heldout_fraction": float}
+def chunk(value: str) -> int | str:
+    """--grad-cache-chunk: a number of texts, or auto."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of texts or auto, got {value!r}") from None
+
+
 TRAINING_TYPES = {"model": str, "pooling": str, "max_length": int, "query_template": str, "negatives": int,
-                  "temperature": float, "batch_size": int, "grad_cache_chunk": int, "grad_accumulation": int,
+                  "temperature": float, "batch_size": int, "grad_cache_chunk": chunk, "grad_accumulation": int,
                   "learning_rate": float, "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float,
                   "zero_stage": int, "seed": int, "eval_every": int, "save_every": int}
 TRAINING_CHOICES = ("device", "precision")  # flags whose values are the field's Literal

@@ -284,6 +284,39 @@ def _most_over_ranks(n: int, world: int) -> int:
     return int(t.item())
 
 
+def _least_over_ranks(n: int, world: int) -> int:
+    return -_most_over_ranks(-n, world)
+
+
+def _sized_chunk(cfg: TrainingConfig, model, kind: str, world: int) -> int:
+    """What `grad_cache_chunk: auto` becomes for this run, the model loaded: the chunk the memory
+    estimate fits in what the device has (`memory.sized_chunk`; on CUDA the free memory plus what torch
+    already holds, the weights, which the estimate counts), the least over the ranks so that every
+    rank chunks alike. A model whose config does not give the estimate's shape gets the default chunk."""
+    from dualview_core.training.memory import DEFAULT_CHUNK, ModelShape, sized_chunk
+    from tasks.training.preflight import available_memory
+
+    c = getattr(model[0], "auto_model", None)
+    c = getattr(c, "config", None)
+    needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+    if c is None or not all(hasattr(c, k) for k in needed):
+        chunk = DEFAULT_CHUNK
+    else:
+        import torch
+
+        shape = ModelShape(sum(p.numel() for p in model.parameters()), c.num_hidden_layers, c.hidden_size,
+                           c.num_attention_heads, c.intermediate_size)
+        available, _ = available_memory(kind, 1 if kind == "cuda" else world)
+        if kind == "cuda":
+            available += torch.cuda.memory_allocated()
+        chunk = sized_chunk(shape, available, batch_size=cfg.batch_size, negatives=cfg.negatives,
+                            max_length=cfg.max_length, precision=precision(cfg, kind), zero_stage=cfg.zero_stage,
+                            world=world)
+    whole = cfg.batch_size * (2 + cfg.negatives)  # 0 (no caching) ranks as the largest chunk
+    least = _least_over_ranks(chunk or whole, world)
+    return 0 if least >= whole else least
+
+
 def _peak_memory(world: int) -> dict[str, float]:
     """Peak host memory (this process's high-water resident set) and, on CUDA, peak device memory
     torch allocated, in MiB, each the largest over the ranks."""
@@ -418,6 +451,11 @@ def _train(cfg: TrainingConfig, mixture: Mixture | StoredMixture, out: str, widt
     if progress is not None:
         check_resumable(progress, fingerprint, world, location)  # before the model is loaded
     engine, model = _load(cfg, steps, world)
+    if cfg.grad_cache_chunk == "auto":  # after the fingerprint: a resumed run sizes it again
+        cfg = cfg.model_copy(update={"grad_cache_chunk": _sized_chunk(cfg, model, device_kind(cfg), world)})
+        if rank == 0:
+            print(f"train: gradient-cache chunk auto: {cfg.grad_cache_chunk or 'off (the whole step fits)'}"
+                  + (" texts" if cfg.grad_cache_chunk else ""), flush=True)
     if progress is not None:
         load_state(engine, location, progress, storage_options)
     done = progress.step if progress is not None else 0

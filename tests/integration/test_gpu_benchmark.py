@@ -28,6 +28,8 @@ def test_the_smoke_mode_runs_every_part_and_writes_one_json(tmp_path):
         assert (train[side]["device"], train[side]["precision"]) == ("cpu", "fp32")
         assert train[side]["mfu"] is None  # no known peak for a CPU
     assert train["ratio"] > 0
+    # the smoke shape's whole step fits: auto turns caching off, and the loss gets one mini-batch per column
+    assert train["ours"]["grad_cache_chunk"] == 0 and train["sentence_transformers"]["mini_batch_size"] == 4
     encode = report["encode"]
     assert encode["docs"] == 64 and encode["ours_docs_per_s"] > 0 and encode["sentence_transformers_docs_per_s"] > 0
     assert encode["max_abs_diff"] < 1e-5  # the same weights, the same dtype: the same embeddings

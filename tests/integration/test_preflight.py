@@ -94,3 +94,26 @@ def test_a_mixture_too_small_for_the_ranks_is_refused_before_the_launcher_starts
     assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
     assert err.strip() == ("dualview: error: 4 rows do not fill one global batch of 4 x 2 ranks: fewer ranks, "
                            "a smaller batch or a larger mixture")
+
+
+@pytest.mark.parametrize("available, expected", [("1.7GB", None), ("64GiB", 0)])
+def test_an_auto_chunk_is_sized_to_the_memory_once_the_model_is_loaded(monkeypatch, tmp_path, capsys, available, expected):
+    """`--grad-cache-chunk auto`: what the estimate fits beside the loaded model (1.7 GB: some texts at
+    a time; 64 GiB: the whole step, no caching), recorded in the checkpoint as the chunk that ran."""
+    import json
+
+    from dualview_core.training.memory import sized_chunk
+
+    monkeypatch.setenv(preflight.AVAILABLE_ENV, available)
+    out = tmp_path / "auto"
+    code, stdout, err = train(capsys, out, "--grad-cache-chunk", "auto", "--max-length", "64", "--batch-size", "4",
+                              "--negatives", "3", "--max-steps", "1")
+    assert code == 0, err
+    ran = json.loads((out / "dualview.json").read_text())["training_config"]["grad_cache_chunk"]
+    if expected is None:  # the estimate's own answer for the packaged model's shape and these sizes
+        shape = preflight.model_shape("minilm")
+        expected = sized_chunk(shape, preflight.parse_bytes(available), batch_size=4, negatives=3, max_length=64,
+                               precision="fp32", zero_stage=0, world=1)
+        assert 0 < expected < 4 * (2 + 3), expected  # caching on: not the whole step at once
+    assert ran == expected
+    assert f"train: gradient-cache chunk auto: {expected or 'off (the whole step fits)'}" in stdout + err

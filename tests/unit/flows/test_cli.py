@@ -110,6 +110,19 @@ def test_train_profile_gives_training_and_ranks_and_flags_override_it():
     assert parse("--profile", "cluster", "--processes", "2")[1] == 2
     by_epochs, _ = parse("--profile", "cpu", "--epochs", "2")  # the cpu profile's 12-step limit yields to epochs
     assert by_epochs.max_steps is None and by_epochs.epochs == 2 and by_epochs.max_length == 128
+    assert cluster.grad_cache_chunk == "auto" and plain.grad_cache_chunk == 8
+    assert parse("--grad-cache-chunk", "64", "--device", "cpu", "--precision", "bf16")[0].model_dump(
+        include={"grad_cache_chunk", "device", "precision"}) == {"grad_cache_chunk": 64, "device": "cpu", "precision": "bf16"}
+
+
+def test_a_chunk_is_a_number_of_texts_or_auto(capsys):
+    import pytest
+
+    from flows.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--mixture", "ins-dv", "--seeds", "s", "--out", "o", "--grad-cache-chunk", "big"])
+    assert exc.value.code == 2 and "expected a number of texts or auto, got 'big'" in capsys.readouterr().err
 
 
 def test_an_unknown_profile_exits_2_with_one_line(tmp_path, capsys):
