@@ -15,16 +15,9 @@ from flows.commands import EXIT_OK, EXIT_UNUSABLE, print_json
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
     """The sweep's pipeline fields the flags set (the profile supplies the rest)."""
-    pipeline: dict = {}
-    if args.seeds:
-        pipeline["seeds"] = {"path": args.seeds}
-    if args.data:
-        pipeline["eval_set"] = {"path": args.data}
-    if args.suite:
-        pipeline["evaluation"] = {"suite": args.suite}
-    if args.name:
-        pipeline["name"] = args.name
-    return {"pipeline": pipeline, **({"random_seeds": args.random_seeds} if args.random_seeds else {})}
+    from flows.commands.pipeline_cli import data_fields
+
+    return {"pipeline": data_fields(args), **({"random_seeds": args.random_seeds} if args.random_seeds else {})}
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:

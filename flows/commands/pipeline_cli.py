@@ -15,8 +15,9 @@ import sys
 from flows.commands import EXIT_OK, EXIT_UNUSABLE, one_line, print_json
 
 
-def overrides_from_args(args: argparse.Namespace) -> dict:
-    """The pipeline fields the flags set (the profile supplies the rest), JSON-shaped."""
+def data_fields(args: argparse.Namespace) -> dict:
+    """What `--seeds`, `--data`, `--suite` and `--name` set of a pipeline config, JSON-shaped (this
+    command's and `dualview experiment`'s)."""
     fields: dict = {}
     if args.seeds:
         fields["seeds"] = {"path": args.seeds}
@@ -24,9 +25,17 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         fields["eval_set"] = {"path": args.data}
     if args.suite:
         fields["evaluation"] = {"suite": args.suite}
+    if args.name:
+        fields["name"] = args.name
+    return fields
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """The pipeline fields the flags set (the profile supplies the rest), JSON-shaped."""
+    fields = data_fields(args)
     if args.mixture:
         fields["training"] = {"mixture": {"name": args.mixture}}
-    for flag in ("name", "tracking_uri", "registered_model", "register_alias"):
+    for flag in ("tracking_uri", "registered_model", "register_alias"):
         if getattr(args, flag) is not None:
             fields[flag] = getattr(args, flag)
     return fields
