@@ -10,7 +10,8 @@ published there, `tasks.training.output`'s.
 Signals go to a callback, `callback(step, {name: value})` on rank 0 — MLflow's `log_metrics` shape;
 the orchestration flow passes one that logs. Per optimizer step: LOSS, LR, SAMPLES_PER_S,
 TOKENS_PER_S, PEAK_RSS_MB (the largest resident set of any rank so far) and, on CUDA,
-PEAK_ACCELERATOR_MB (the most memory torch allocated on any rank's device so far); at step 0, every `eval_every` steps and at the end: SEPARATION on held-out pairs.
+PEAK_ACCELERATOR_MB (the most memory torch allocated on any rank's device so far); at step 0,
+every `eval_every` steps and at the end: SEPARATION on held-out pairs.
 
 Every `save_every` steps the engine's state is saved to `<out>.state` (`tasks.training.state`); a run
 started again with the same output after a crash loads it and goes on from the next micro-batch,
