@@ -40,8 +40,8 @@ TRAINING_TYPES = {"model": str, "pooling": str, "max_length": int, "query_templa
                   "learning_rate": float, "warmup_ratio": float, "weight_decay": float, "max_grad_norm": float,
                   "zero_stage": int, "seed": int, "eval_every": int, "save_every": int}
 TRAINING_CHOICES = ("device", "precision")  # flags whose values are the field's Literal
-TRAINING_FLAGS = ("model", "trust_remote_code", "device", "precision", "pooling", "max_length", "query_template", "negatives", "strict_negatives",
-                  "in_batch_negatives", "temperature", "batch_size", "grad_cache_chunk", "grad_accumulation",
+TRAINING_FLAGS = ("model", "trust_remote_code", "device", "precision", "pooling", "max_length", "query_template",
+                  "negatives", "strict_negatives", "in_batch_negatives", "temperature", "batch_size", "grad_cache_chunk", "grad_accumulation",
                   "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "max_steps", "epochs",
                   "zero_stage", "seed", "eval_every", "save_every")
 

@@ -51,8 +51,8 @@ from dualview_core.storage.filesystems import filesystem
 from dualview_core.method.training_rows import total_steps
 from tasks.training.preflight import check_memory, model_shape
 from tasks.training.output import check_destination, check_writable, needed_bytes
-from tasks.training.trainer import (PROJECT_CACHE, Callback, TrainResult, device_kind, extensions_dir, free_port, published_result,
-                                    train)
+from tasks.training.trainer import (PROJECT_CACHE, Callback, TrainResult, device_kind, extensions_dir, free_port,
+                                    published_result, train)
 
 MIXTURE_CACHE = PROJECT_CACHE / "mixtures"
 
@@ -178,7 +178,8 @@ def launch(cfg: TrainingConfig, mixture: StoredMixture, out: str, processes: int
                "--store", mixture.folder, "--out", out, "--storage-options", str(options), "--result", str(result),
                "--signals", str(signals), "--digest", mixture.digest]
         with open(log, "wb") as sink:
-            proc = subprocess.Popen(cmd, env=_worker_env(processes, device_kind(cfg)), stdout=sink, stderr=subprocess.STDOUT)
+            env = _worker_env(processes, device_kind(cfg))
+            proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
             try:
                 follow(signals, proc, callback or (lambda step, metrics: None))
             finally:
