@@ -50,21 +50,23 @@ def relative_error(got: dict[str, torch.Tensor], reference: dict[str, torch.Tens
     return (squared / sum(float(reference[k].pow(2).sum()) for k in reference)) ** 0.5
 
 
-def eval_mode_gradients(cfg: TrainingConfig, batch) -> tuple[dict[str, torch.Tensor], tuple]:
-    """One micro-batch's full gradients with dropout off (precision alone differs between runs), and
-    where the engine keeps things: (weights' dtype, gradient accumulation dtype, autocast dtype or None)."""
+def step_gradients(cfg: TrainingConfig, batch, *, dropout: bool = True) -> tuple[float, dict[str, torch.Tensor], tuple]:
+    """One micro-batch through `tasks.training.trainer._backward` on a fresh engine: its loss, every
+    weight's full gradient (read through DeepSpeed, ZeRO's partitions included, as fp32), and where
+    the engine keeps things: (weights' dtype, gradient accumulation dtype, autocast dtype or None).
+    Without dropout only the precision differs between two runs."""
     from deepspeed.utils import safe_get_full_grad
 
     from tasks.training.trainer import _backward, _load, worker_environment
 
     with worker_environment():
         engine, encoder = _load(cfg, steps=10, world=1)
-        engine.eval()
-        _backward(engine, encoder, batch, cfg, rank=0, world=1)
+        engine.train(dropout)
+        loss, _ = _backward(engine, encoder, batch, cfg, rank=0, world=1)
         grads = {n: safe_get_full_grad(p).float().clone() for n, p in engine.module.named_parameters()}
         weights, accumulation = engine.get_data_types()
         autocast = engine.torch_autocast_dtype() if engine.torch_autocast_enabled() else None
-    return grads, (weights, accumulation, autocast)
+    return loss, grads, (weights, accumulation, autocast)
 
 
 def check_bf16_gradients(small, batch, zero: int) -> None:
@@ -74,9 +76,9 @@ def check_bf16_gradients(small, batch, zero: int) -> None:
     import torch
 
     one_text_chunks = {"grad_cache_chunk": 1, "encode_chunk": 1, "zero_stage": zero}
-    reference, kept = eval_mode_gradients(small(precision="fp32", **one_text_chunks), batch)
+    _, reference, kept = step_gradients(small(precision="fp32", **one_text_chunks), batch, dropout=False)
     assert kept == (torch.float32, torch.float32, None)
-    bf16, kept = eval_mode_gradients(small(precision="bf16", **one_text_chunks), batch)
+    _, bf16, kept = step_gradients(small(precision="bf16", **one_text_chunks), batch, dropout=False)
     assert kept == ((torch.float32, torch.float32, torch.bfloat16) if zero == 0
                     else (torch.bfloat16, torch.float32, None))
     error = relative_error(bf16, reference)

@@ -27,7 +27,7 @@ import torch
 
 from dualview_core.config import MixtureConfig, TrainingConfig
 from dualview_core.method.negatives import block_width, make_batch
-from tests.helpers.precision import check_bf16_gradients
+from tests.helpers.precision import check_bf16_gradients, step_gradients
 
 pytestmark = [pytest.mark.integration]
 
@@ -35,15 +35,8 @@ CHUNK = 3  # texts per chunk in both variants: the same chunks draw the same dro
 
 
 def gradients(cfg: TrainingConfig, batch) -> tuple[float, dict[str, torch.Tensor]]:
-    from deepspeed.utils import safe_get_full_grad
-
-    from tasks.training.trainer import _backward, _load, worker_environment
-
-    with worker_environment():
-        engine, encoder = _load(cfg, steps=10, world=1)
-        engine.train()
-        loss, _ = _backward(engine, encoder, batch, cfg, rank=0, world=1)
-        grads = {n: safe_get_full_grad(p).clone() for n, p in engine.module.named_parameters()}
+    """Loss and full gradients of one micro-batch, dropout on (as the trainer runs it)."""
+    loss, grads, _ = step_gradients(cfg, batch)
     return loss, grads
 
 
