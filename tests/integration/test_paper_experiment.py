@@ -37,7 +37,10 @@ def test_the_paper_experiment_runs_the_four_mixtures_and_ends_in_table_1(tmp_pat
         "training": {"max_steps": 2, "batch_size": 4, "max_length": 64, "negatives": 3},
         "evaluation": {"suite": "paper", "max_length": 64, "bootstrap_resamples": 50}}})
 
-    result = paper_experiment(profile="cpu", scale=1e-4, config=config)
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):  # a Prefect API for this flow run, stopped here
+        result = paper_experiment(profile="cpu", scale=1e-4, config=config)
 
     points = {p["name"]: p for p in result["points"]}
     assert list(points) == ["ins-orig-s0", "ins-dv-s0", "all-orig-s0", "all-dv-s0"]
