@@ -8,17 +8,22 @@ OpenAI-compatible server of benchmarks/synthesis_overhead.py, in its own process
 
 1. anchor: a bare asyncio loop over one aiohttp session sends the same request bodies to the same
    server at the same concurrency (the first `--anchor-rows` seeds): what a user would write by hand;
-2. a first run into an empty output folder, in its own process: wall time, the time of each pass
-   (plan: Ray Data over the seed chunks; engine: staged rows -> engine -> judge -> shards; the
-   rest: derived tables and manifest), rows/s end to end, in the engine pass (its start included)
-   and in its steady state (after the first shard), the driver's peak
-   RSS (VmHWM) and the process tree's peak (the driver, Ray and its workers: the sum of their PSS,
-   sampled twice a second), and the record shards written;
+2. a first run into an empty output folder, in its own process: wall time, the time of the first and
+   of the last answer (planning and the engine run as one stream: the first answers come while later
+   chunks are read), rows/s end to end, from the start to the last answer and in the engine's steady
+   state (after the first shard), the driver's peak RSS (VmHWM) and the process tree's peak (the
+   driver, Ray and its workers: the sum of their PSS, sampled twice a second), and the record shards
+   written;
 3. the same run again, unchanged: wall time and peak RSS; with `--s3`, also against a copy of the
-   output on a local moto S3 server, counting the requests it serves.
+   output on a local moto S3 server, counting the requests it serves;
+4. the same rows rewritten to a new file (every call cached: one read-and-key pass and the derived
+   tables), then a copy with `--changed` of the rows' instructions edited: the time of its first
+   answer and its wall time, against the rewritten copy's.
 
 Targets (issue "Synthesis at cluster scale"): engine >= 0.8 x the bare loop; driver peak <= 1 GB;
-unchanged re-run <= 20 s at 100k rows and <= 3 min at 1M; a small, bounded number of S3 requests.
+unchanged re-run <= 20 s at 100k rows and <= 3 min at 1M; a small, bounded number of S3 requests; (issue
+"Synthesis streams") end to end >= 0.85 x the bare loop; a run with 1% of rows changed answers within
+seconds and ends within the rewritten copy's time plus 20 s.
 
 Run:  nice -n 5 python benchmarks/synthesis_scale.py --rows 100000 1000000 [--s3 --workdir DIR --keep]
 """
@@ -90,13 +95,13 @@ def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, sh
     options = json.loads(storage_options) if storage_options else None
     summary = run_synthesis(seeds, out, cfg, progress=progress, out_storage_options=options)
     seconds = time.perf_counter() - start
-    planned = next((t for t, line in lines if " to send, " in line), None)
-    answered = [t for t, line in lines if re.match(r"synthesis: (engine ready|\d+/\d+ rows)", line)]
+    # planning and the engine overlap when streamed: time the first and the last answers from the start
+    answered = [t for t, line in lines if re.match(r"synthesis: (engine ready|\d+(/\d+)? rows)", line)]
     from tasks.synthesis.record_store import RecordStore
 
     shards = len(RecordStore(out, options).shard_names())
     print(RESULT + json.dumps({
-        "seconds": seconds, "plan_s": planned, "engine_s": (answered[-1] - planned) if answered and planned else None,
+        "seconds": seconds, "first_s": answered[0] if answered else None, "answered_s": answered[-1] if answered else None,
         "peak_rss_mb": peak_rss_mb(), "plan": summary["plan"], "cost": summary["cost"], "shards": shards,
         "dual_views": summary["dual_views"], "rejected": summary["rejected"]}), flush=True)
 
@@ -180,6 +185,7 @@ def main() -> None:
     ap.add_argument("--actors", type=int, default=1)
     ap.add_argument("--shard-rows", type=int, default=1024)
     ap.add_argument("--anchor-rows", type=int, default=20_000)
+    ap.add_argument("--changed", type=float, default=0.01, help="share of rows whose instruction the last run edits")
     ap.add_argument("--s3", action="store_true", help="also count an unchanged re-run's S3 requests (moto)")
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true")
@@ -210,8 +216,15 @@ def main() -> None:
             remote = s3_rerun(seeds, out, endpoint, args, workdir) if args.s3 else None
             if remote:
                 assert remote["plan"]["pending"] == 0, remote
-            table.append((first["plan"]["pending"], bare, first, again, remote))
-            print(json.dumps({"rows": rows, "bare": bare, "first": first, "again": again, "s3": remote}), flush=True)
+            copied, edited = seeds.replace(".parquet", "-rewritten.parquet"), seeds.replace(".parquet", "-edited.parquet")
+            rewrite(seeds, copied, 0.0)
+            touched = run_child(copied, out, endpoint, args)
+            assert touched["plan"]["pending"] == 0, touched
+            rewrite(seeds, edited, args.changed)
+            changed = run_child(edited, out, endpoint, args)
+            table.append((first["plan"]["pending"], bare, first, again, remote, touched, changed))
+            print(json.dumps({"rows": rows, "bare": bare, "first": first, "again": again, "s3": remote,
+                              "touched": touched, "changed": changed}), flush=True)
     finally:
         server.kill()
         if not args.keep:
@@ -219,17 +232,48 @@ def main() -> None:
     limit = args.concurrency / (args.latency_ms / 1000)
     print(f"\nopenai engine, {args.concurrency} in flight over {args.actors} actor(s), {args.latency_ms:.0f} ms a request "
           f"(limit {limit:.0f} rows/s); shards of at most {args.shard_rows} rows")
-    print("| rows | bare aiohttp rows/s | engine pass rows/s (ratio) | steady (ratio) | end to end rows/s (ratio) | plan s | "
-          "engine s | total s | driver peak | tree peak (PSS) | shards | unchanged re-run | re-run peak | S3 requests | load |")
+    print("| rows | bare aiohttp rows/s | start to last answer rows/s (ratio) | steady (ratio) | end to end rows/s (ratio) | "
+          "first answer s | last answer s | total s | driver peak | tree peak (PSS) | shards | unchanged re-run | re-run peak | S3 requests | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for n, bare, first, again, remote in table:
-        engine = n / first["engine_s"] if first["engine_s"] else float("nan")
+    for n, bare, first, again, remote, _, _ in table:
+        engine = n / first["answered_s"] if first["answered_s"] else float("nan")
         steady = first["cost"]["steady_rows_per_s"] or float("nan")
         total = n / first["seconds"]
         print(f"| {n:,} | {bare:.0f} | {engine:.0f} ({engine / bare:.2f}) | {steady:.0f} ({steady / bare:.2f}) | {total:.0f} ({total / bare:.2f}) | "
-              f"{first['plan_s']:.1f} | {first['engine_s']:.1f} | {first['seconds']:.1f} | {first['peak_rss_mb']:.0f} MB | "
+              f"{first['first_s']:.1f} | {first['answered_s']:.1f} | {first['seconds']:.1f} | {first['peak_rss_mb']:.0f} MB | "
               f"{first['tree_peak_mb']:.0f} MB | {first['shards']} | {again['seconds']:.1f} s | {again['peak_rss_mb']:.0f} MB | "
               f"{remote['s3_requests'] if remote else '-'} | {first['load']:.1f} |")
+
+    print(f"\n{args.changed:.0%} of the rows' instructions edited, against the same rows rewritten (every call cached)")
+    print("| rows | rewritten: total s | edited: calls | first answer s | total s | over the rewritten s |")
+    print("|---|---|---|---|---|---|")
+    for n, _, _, _, _, touched, changed in table:
+        first = f"{changed['first_s']:.1f}" if changed["first_s"] is not None else "-"
+        print(f"| {n:,} | {touched['seconds']:.1f} | {changed['cost']['engine_rows']:,} | {first} | "
+              f"{changed['seconds']:.1f} | {changed['seconds'] - touched['seconds']:+.1f} |")
+
+
+def rewrite(src: str, dst: str, share: float) -> None:
+    """`src` copied to `dst` a row group at a time, with the instruction of every (1/share)-th row
+    edited (in the query too, which carries it): new calls for those rows, the rest cached."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    every = round(1 / share) if share else 0
+    source, done = pq.ParquetFile(src), 0
+    with pq.ParquetWriter(dst, source.schema_arrow) as writer:
+        for g in range(source.num_row_groups):
+            table = source.read_row_group(g)
+            if every:
+                edit = pa.array((np.arange(done, done + table.num_rows) % every) == 0)
+                for name in ("only_instruction", "query"):
+                    col = table[name]
+                    revised = pc.binary_join_element_wise(col, pa.scalar(" Prefer sources from this decade."), "")
+                    table = table.set_column(table.schema.get_field_index(name), name, pc.if_else(edit, revised, col))
+            writer.write_table(table)
+            done += table.num_rows
 
 
 if __name__ == "__main__":

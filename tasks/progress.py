@@ -73,6 +73,13 @@ class Meter:
             self._last_emit = now
             self.emit(self.line(now, extra))
 
+    def finish(self, extra: str = "") -> None:
+        """Say the count reached, whenever the last line was emitted (a meter with no total never
+        knows by itself that it is done)."""
+        now = self.clock()
+        self._last_emit = now
+        self.emit(self.line(now, extra))
+
     def line(self, now: float, extra: str = "") -> str:
         count = f"{self.done}/{self.total}" if self.total is not None else f"{self.done}"
         share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""

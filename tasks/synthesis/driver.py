@@ -1,31 +1,36 @@
 """Polarity-reversal synthesis, end to end: seeds → plan → engine → judge → shards → derived tables.
 
-Pass one is a Ray Data job over the seed source's chunks (tasks/synthesis/planning.py): its tasks validate,
-key and look up every row in the cache index (two columns of the record shards, tasks/synthesis/record_store.py),
-and render, count and stage the calls not yet cached in OUT/.work/; rows that fail validation go to
-OUT/quarantine.parquet, a prompt too long for the engine's context is recorded as rejected there and
-then. The driver gets back one small row per seed row and decides duplicates, the limit and the seed
-map (dualview_core/synthesis/plan.py). Pass two reads the staged rows into the engine's Ray Data pipeline; the
-stage after the engine judges each batch of answers into records and publishes them as shards of
-`shard_rows` (tasks/synthesis/publishing.py): the driver receives their summaries, for progress and costs, and
-gives a record to any row the engine never returned, so every planned row ends as a record. With
-`verify`, a pass over the current records asks a second, cached question about every accepted row
-(tasks/synthesis/verification.py; one engine start for all of them). Then a last Ray Data job over the chosen
-seeds' chunks derives the dual-view rows and the rejections as parts the driver joins in source
-order, and report.md (tasks/synthesis/deriving.py); the run is recorded in the manifest (its seed map in OUT/seed_map.parquet). When nothing changed since the last
-run (same seeds, same shards, same settings) the derived files stand as they are. The driver holds
-the plan (tens of bytes per seed row), one shard's summary and one row group of the derived tables,
-never the data set. Killed at any moment, a re-run picks up exactly where the published shards end.
+Planning (tasks/synthesis/planning.py) runs in Ray Data tasks over the seed source's chunks: they validate,
+key and look up every row in the cache index (two columns of the record shards,
+tasks/synthesis/record_store.py), and render, count and stage the calls not yet cached; rows that fail
+validation go to OUT/quarantine.parquet, and a prompt too long for the engine's context is recorded as
+rejected there and then. Without a `limit`, planning and the engine are one Ray Data pipeline: the engine
+starts with the run, and a chunk's calls go to it as they are staged, so the first answers arrive while later
+chunks are still being read. With a `limit`, which seeds are kept is known only once every chunk is planned,
+so the engine waits for the whole plan. Either way the stage after the engine judges each batch of answers
+into records and publishes them as shards of `shard_rows` (tasks/synthesis/publishing.py); the driver receives
+their summaries, for progress and costs. Each chunk also leaves one small row per seed row, from which the
+driver decides duplicates, the limit and the seed map (dualview_core/synthesis/plan.py), and gives a record to
+any planned call the engine never returned, so every planned row ends as a record. With `verify`, a pass over
+the current records asks a second, cached question about every accepted row (tasks/synthesis/verification.py;
+one engine start for all of them). Then a last Ray Data job over the chosen seeds' chunks derives the dual-
+view rows and the rejections as parts the driver joins in source order, and report.md
+(tasks/synthesis/deriving.py); the run is recorded in the manifest (its seed map in OUT/seed_map.parquet).
+When nothing changed since the last run (same seeds, same shards, same settings) the derived files stand as
+they are. The driver holds the plan (tens of bytes per seed row), one shard's summary and one row group of the
+derived tables, never the data set. Killed at any moment, a re-run picks up exactly where the published shards
+end.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 import pyarrow as pa
 
-from dualview_core.synthesis.cache_index import seed_diff, unique_seeds
+from dualview_core.synthesis.cache_index import fixed_width, seed_diff, unique_seeds
 from dualview_core.config import SynthesisConfig
 from dualview_core.keys import canonical_json, content_digest, digest
 from dualview_core.storage.integrity import damage, facts
@@ -35,9 +40,11 @@ from dualview_core.method.prompting import prompt_version, template_named
 from dualview_core.data.sources import source_fingerprint
 from dualview_core.synthesis.records import CostSummary
 from tasks.synthesis.judging import Asking, RecordStage
-from tasks.synthesis.planning import STAGED, plan_seeds
+from tasks.synthesis.planning import (STAGED, FirstPass, first_pass, plan_seeds, plan_stream, source_errors, streamed_plan,
+                                      streams)
 from tasks.progress import Progress, duration
-from tasks.synthesis.publishing import COST_COLUMNS, Answered, Shelf, StagedRows, published, shard_rows
+from tasks.synthesis.publishing import (COST_COLUMNS, PROGRESS_STEPS, Answered, Shelf, StagedRows, Streamed, published,
+                                       shard_rows)
 from tasks.synthesis.record_store import RECORDS, RecordStore
 from tasks.synthesis.staging import staged_info
 
@@ -66,13 +73,16 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         store.clear_work()  # a killed run's intermediate files
         try:
             model_path = _model_path(cfg, progress)
-            plan, job = plan_seeds(seeds_path, storage_options, store, ask, model_path, run, progress)
-            counts = {"pending": plan.pending, "cached": plan.cached, **seed_diff(store.previous_seed_map(manifest), plan.seed_map)}
-            progress(f"synthesis: {plan.seed_map.num_rows} seeds, {plan.pending} to send, {plan.cached} cached "
-                     f"(new {counts['new']}, changed {counts['changed']}, removed {counts['removed']})")
             costs = CostSummary()
-            if plan.pending:
-                _call_engine(plan, ask, store, costs, progress, model_path, run)
+            job = first_pass(seeds_path, storage_options, store, ask, model_path, run, progress)
+            if streams(job):  # planning and the engine as one stream
+                plan, job = _stream(job, store, ask, costs, progress, model_path, run)
+                counts = _counts(store, manifest, plan, progress, "sent")
+            else:  # plan, then send the chosen seeds' calls, if any
+                plan, job = plan_seeds(job)
+                counts = _counts(store, manifest, plan, progress, "to send")
+                if plan.pending:
+                    _call_engine(plan, ask, store, costs, progress, model_path, run)
             seed_map, validation, sent, chosen = plan.seed_map, plan.report, plan.pending, plan.seeds
             del plan  # its keys and locators: what follows needs the seed map and the chosen seeds
             pa.default_memory_pool().release_unused()
@@ -110,6 +120,14 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         }
         store.write_manifest({"seed_map": store.write_seed_map(seed_map), "summary": summary})
         return summary
+
+
+def _counts(store: RecordStore, manifest: dict, plan: Plan, progress: Progress, sending: str) -> dict:
+    """The plan's counts against the last run's seeds, said on `progress`."""
+    counts = {"pending": plan.pending, "cached": plan.cached, **seed_diff(store.previous_seed_map(manifest), plan.seed_map)}
+    progress(f"synthesis: {plan.seed_map.num_rows} seeds, {plan.pending} {sending}, {plan.cached} cached "
+             f"(new {counts['new']}, changed {counts['changed']}, removed {counts['removed']})")
+    return counts
 
 
 def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: Asking, previous: dict, source: str) -> bool:
@@ -177,18 +195,66 @@ def _call_engine(plan: Plan, ask: Asking, store: RecordStore, costs: CostSummary
                 meter.start(already=answered)
             else:
                 meter.advance(answered, f"{costs.accepted} accepted")
-    missing = sent.missing()  # never left without a record (and retried later)
+    _record_missing(sent, store, judging, run, costs, meter, staged.paths)
+
+
+def _record_missing(sent: Answered, store: RecordStore, judging, run: str, costs: CostSummary, meter, paths) -> None:
+    """A record for every call sent that the engine never returned (the call is retried by a later run)."""
+    missing = sent.missing()
     if missing:
-        rows = staged_info(store.fs, staged.paths, missing, judging.columns)
+        rows = staged_info(store.fs, paths, missing, judging.columns)
         records = RecordStage(judging)([{**r, "raw_response": None, "attempts": 1, "error": "engine returned no row"}
                                         for r in rows])
         store.write_shard(records, run=run)
         meter.advance(account(records, sent, costs), "engine returned no row for these")
 
 
-def account(summary: pa.Table, sent: Answered, costs: CostSummary) -> int:
+def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary, progress: Progress,
+            model_path: str | None, run: str) -> tuple[Plan, FirstPass]:
+    """Pass one and the engine as one Ray Data pipeline (tasks/synthesis/planning.py's `plan_stream`):
+    each chunk's calls not cached go to the engine as the chunk is planned, and the records are
+    published as they are judged. The plan is read once every chunk is planned; then every pending
+    call gets a record, as in `_call_engine`. Calls of rows the plan leaves out (a duplicate in a
+    later chunk) were sent all the same: their records join the cache and their costs count."""
+    from tasks.progress import Meter, waiting
+    from tasks.synthesis.engines import start_wait
+
+    cfg, judging = ask.cfg, ask.judging
+    job = replace(job, stream=True)
+    known = [c.rows for c in job.chunks]
+    shelf = Shelf(store, RECORDS, run, shard_rows(cfg, sum(known) if None not in known else cfg.shard_rows * PROGRESS_STEPS))
+    meter = Meter("synthesis", None, "rows", progress, every_s=PROGRESS_EVERY_S)
+    answered: list = []  # the answered keys, fixed-width: which calls of the plan came back
+    source = Streamed(lambda columns: plan_stream(job, columns))
+    with source_errors(), waiting("synthesis", *start_wait(cfg), progress) as wait:
+        for n, summary in enumerate(published(cfg, model_path, source, judging.columns, RecordStage, (judging,), shelf)):
+            answered.append(fixed_width(summary["cache_key"]))
+            back = account(summary, None, costs)
+            if n == 0:
+                progress(f"synthesis: engine ready after {duration(wait.stop())}; {back} answered")
+                meter.start(already=back)
+            else:
+                meter.advance(back, f"{costs.accepted} accepted")
+        if answered:
+            meter.finish(f"{costs.accepted} accepted")
+    plan = streamed_plan(job)
+    for _ in range(len(plan.recorded)):  # recorded by pass one: counted, never sent
+        costs.add({"rejection": "prompt_too_long", "attempts": 0, "prompt_tokens": None, "completion_tokens": None,
+                   "latency_s": None})
+    if len(plan.recorded):
+        progress(f"synthesis: {len(plan.recorded)} prompt(s) too long for the engine's context, rejected before sending")
+    sent = Answered(plan.staged)
+    for keys in answered:
+        sent.mark(keys, known_only=True)
+    del answered
+    _record_missing(sent, store, judging, run, costs, meter, tuple(store.work_files(STAGED)))
+    return plan, job
+
+
+def account(summary: pa.Table, sent: Answered | None, costs: CostSummary) -> int:
     """Note a published shard's rows (a summary, or the records themselves) as answered and costed."""
-    sent.mark(summary["cache_key"])
+    if sent is not None:
+        sent.mark(summary["cache_key"])
     costs.mark_answers(summary.num_rows)
     for rec in summary.select(COST_COLUMNS).to_pylist():
         costs.add(rec)

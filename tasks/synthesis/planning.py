@@ -7,11 +7,17 @@ OUT/.work/quarantine/. The driver gets back one PLAN_ROW per source row and deci
 whole source decides (dualview_core/synthesis/plan.py): duplicates, the limit, the seed map, the report; then
 it writes OUT/quarantine.parquet from the chunks' parts, in source order.
 
+Without a `limit` (`streams`), the pass streams (`plan_stream`): each task yields its chunk's staged
+calls as they are written, into the engine's Ray Data pipeline, and leaves its PLAN_ROW part in
+OUT/.work/plan/; the driver reads the parts once the stream ends (`streamed_plan`). A chunk's calls thus
+reach the engine before the last chunk is read. A duplicate found in a later chunk has been sent all the
+same: its record joins the cache.
+
 With a `limit`, a first job only plans (no index, no rendering) and a second one stages the seeds
 chosen, so a smoke run on a large source renders a few rows, not all of them. Duplicates are rare:
 their raw rows are read again by a small job of their own, for the quarantine.
 
-The driver holds the plan (dualview_core/synthesis/plan.py: ~300 MB at 2.3M source rows), one chunk's
+The driver holds the plan (dualview_core/synthesis/plan.py: tens of bytes a source row), one chunk's
 quarantine while it writes the file, never a row's passages. A task holds one batch of rows and one
 staged file's rows.
 """
@@ -19,7 +25,8 @@ staged file's rows.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -28,7 +35,7 @@ import pyarrow.compute as pc
 
 from dualview_core.data.chunks import Chunk, locator, split
 from dualview_core.config import ValidationConfig
-from dualview_core.contracts import QUARANTINE, Rejected
+from dualview_core.contracts import PLAN_ROW, QUARANTINE, Rejected
 from dualview_core.storage.tables import TableWriter, quarantine_table
 from dualview_core.synthesis.plan import Plan, PlanBuilder, PlanRows, with_calls
 from dualview_core.method.prompting import render
@@ -41,8 +48,17 @@ from tasks.synthesis.record_store import WORK, RecordStore
 from tasks.synthesis.staging import StagedFiles, staged_schema
 from tasks.progress import Progress
 
-STAGED, QUARANTINED = "staged", "quarantine"
+STAGED, QUARANTINED, PLANNED = "staged", "quarantine", "plan"
 PLAN_CPUS = 1.0  # a chunk task validates and renders: CPU-bound, one core
+# In the streaming pass a chunk task shares the cluster with the engine's actors, which reserve
+# their CPUs first (a CPU vLLM replica a whole one): a task asking for a whole CPU too would wait
+# for ever on a 2-core machine. It asks for half, and at most half the cluster's CPUs plan at once.
+STREAM_PLAN_CPUS = 0.5
+# Ray Data gathers what a task yields into blocks of up to its target size (128 MiB by default, a
+# chunk's every call) and each stage after it answers a whole block before handing any of it on: so
+# the first answers would wait for the first chunk's last. Small blocks let them flow (a few thousand
+# calls a block).
+STREAM_BLOCK_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -62,13 +78,35 @@ class FirstPass:
     index: object = None  # an ObjectRef of the cache's KeyIndex (staging jobs only)
     stage: bool = True
     duplicates: bool = False
+    stream: bool = False  # staged rows also handed on as they are written (`stream_chunk`)
 
 
-def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: Asking, model_path: str | None,
-               run: str, progress: Progress) -> tuple[Plan, FirstPass]:
-    """Pass one: the plan of this run (dualview_core.synthesis.plan.Plan), with the calls not cached staged under
-    OUT/.work/staged/ and OUT/quarantine.parquet written; and the job (what later passes over the
-    same chunks need)."""
+def streams(job: FirstPass) -> bool:
+    """Whether the first pass feeds the engine as it plans: whenever no `limit` waits on the whole
+    plan. The engine starts at once, while the first chunk is read, so its start (minutes for a
+    large model) overlaps planning; a source whose calls all turn out cached has started it for
+    nothing, which costs no more than the start itself."""
+    return job.ask.cfg.limit is None
+
+
+def plan_seeds(job: FirstPass) -> tuple[Plan, FirstPass]:
+    """Pass one as a job of its own: the plan of this run (dualview_core.synthesis.plan.Plan), with the
+    calls not cached staged under OUT/.work/staged/ and OUT/quarantine.parquet written; and the job
+    (what later passes over the same chunks need)."""
+    job = replace(job, stage=job.ask.cfg.limit is None)
+    builder = PlanBuilder()
+    for table in _run(job):
+        builder.add(table)
+    plan = builder.resolve(job.ask.cfg.limit)
+    pa.default_memory_pool().release_unused()  # resolving's temporaries, back to the system
+    if not job.stage and len(plan.seeds):  # the limit's second job: only the seeds chosen
+        plan = with_calls(plan, list(_run(replace(job, stage=True), plan.seeds)))
+    return _finish(job, plan), job
+
+
+def first_pass(seeds: str, seed_options: dict | None, store: RecordStore, ask: Asking, model_path: str | None,
+               run: str, progress: Progress) -> FirstPass:
+    """The first pass's job over the seed source's chunks, with the cache index sent to the cluster."""
     import ray
 
     from tasks.synthesis.ray_runtime import ensure_ray
@@ -77,21 +115,58 @@ def plan_seeds(seeds: str, seed_options: dict | None, store: RecordStore, ask: A
     ensure_ray(ask.cfg.ray_address)
     _, pieces = chunks(seeds, seed_options)
     index = store.index(ask.cfg.max_error_runs)  # two columns of each shard, not the records
-    job = FirstPass(seeds, seed_options, tuple(pieces), ValidationConfig(), ask, store, run, model_path,
-                    index=ray.put(index.index), stage=ask.cfg.limit is None)
     progress(f"synthesis: reading {seeds} in {len(pieces)} chunk(s) on the Ray cluster")
+    return FirstPass(seeds, seed_options, tuple(pieces), ValidationConfig(), ask, store, run, model_path,
+                     index=ray.put(index.index))
+
+
+def plan_stream(job: FirstPass, columns: list[str]):
+    """The streaming first pass as a Ray Data Dataset: a task per chunk plans it and hands on the
+    calls not cached (their `columns`) as it stages them, so the engine stage after it starts on the
+    first chunk's calls while the others are read. `streamed_plan` reads the plan afterwards."""
+    import ray
+
+    items = [{"chunk": c} for c in range(len(job.chunks))]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds.context.raise_original_map_exception = True  # a task's SourceError reaches the driver as one
+    ds.context.target_max_block_size = STREAM_BLOCK_BYTES  # this pipeline's, the engine's stages included
+    planners = max(1, int(ray.cluster_resources().get("CPU", 1) // 2))
+    return ds.map_batches(_stream_task, fn_args=(job, columns), batch_size=1, batch_format="pyarrow",
+                          num_cpus=STREAM_PLAN_CPUS, concurrency=planners)
+
+
+def _stream_task(batch: pa.Table, job: FirstPass, columns: list[str]) -> Iterator[pa.Table]:
+    for c in batch["chunk"].to_pylist():
+        yield from stream_chunk(job, c, columns)
+
+
+def streamed_plan(job: FirstPass) -> Plan:
+    """The plan of a streaming first pass, from the chunks' PLAN_ROW parts (every chunk planned by
+    then), with the duplicates quarantined and OUT/quarantine.parquet written."""
     builder = PlanBuilder()
-    for table in _run(job):
-        builder.add(table)
-    plan = builder.resolve(ask.cfg.limit)
-    pa.default_memory_pool().release_unused()  # resolving's temporaries, back to the system
-    if not job.stage and len(plan.seeds):  # the limit's second job: only the seeds chosen
-        plan = with_calls(plan, list(_run(replace(job, stage=True), plan.seeds)))
+    for path in job.store.work_files(PLANNED):
+        builder.add(_read(job.store, path))
+    plan = builder.resolve(None)
+    pa.default_memory_pool().release_unused()
+    return _finish(job, plan)
+
+
+def _finish(job: FirstPass, plan: Plan) -> Plan:
     if len(plan.duplicates):
         for _ in _run(replace(job, stage=False, duplicates=True), plan.duplicates):
             pass
-    _write_quarantine(store, plan)
-    return plan, job
+    _write_quarantine(job.store, plan)
+    return plan
+
+
+@contextmanager
+def source_errors() -> Iterator[None]:
+    """A chunk task's SourceError, raised in this process as one line (Ray's error is an instance of
+    it, whose text is Ray's traceback)."""
+    try:
+        yield
+    except SourceError as exc:
+        raise SourceError(_source_message(exc)) from None
 
 
 def _shared(seeds: str, store: RecordStore, address: str | None) -> None:
@@ -122,10 +197,8 @@ def run_chunks(task: Callable, spec: object, n_chunks: int, wanted: np.ndarray |
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds.context.raise_original_map_exception = True  # a task's SourceError reaches this process as one
     ds = ds.map_batches(_chunk_task, fn_args=(task, spec), batch_size=1, batch_format="pyarrow", num_cpus=PLAN_CPUS)
-    try:
+    with source_errors():
         yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
-    except SourceError as exc:  # Ray's error, an instance of the task's: its message, without the traceback
-        raise SourceError(_source_message(exc)) from None
 
 
 def _source_message(exc: BaseException) -> str:
@@ -172,11 +245,36 @@ def tool(name: str, key: object, load: Callable[[], object]) -> object:
 
 def plan_chunk(job: FirstPass, c: int, wanted: set[int] | None = None) -> pa.Table:
     """Read, validate, key, look up and (when staging) render, count and stage chunk `c` (its
-    `wanted` rows only, when given)."""
+    `wanted` rows only, when given); its PLAN_ROW table."""
+    parts = _planned(job, c, wanted)
+    while True:
+        try:
+            next(parts)
+        except StopIteration as done:
+            return done.value
+
+
+def stream_chunk(job: FirstPass, c: int, columns: list[str]) -> Iterator[pa.Table]:
+    """`plan_chunk` for the streaming pass: chunk `c`'s calls not cached (their `columns`), as each
+    staged file is written, for the engine stage that follows; its PLAN_ROW table goes to
+    OUT/.work/plan/, where the driver reads it once every chunk is planned."""
+    parts = _planned(replace(job, stream=True), c, None)
+    while True:
+        try:
+            staged = next(parts)
+        except StopIteration as done:
+            with TableWriter(job.store.path(f"{WORK}/{PLANNED}/{c:06d}.parquet"), PLAN_ROW, job.store.options) as w:
+                w.write(done.value)
+            return
+        yield staged.select(columns)
+
+
+def _planned(job: FirstPass, c: int, wanted: set[int] | None) -> Generator[pa.Table, None, pa.Table]:
+    """`plan_chunk`'s work; with `job.stream`, yields each staged file's rows as it is written."""
     ask = job.ask
     rows, bad = PlanRows(c), []
     staged = StagedFiles(job.store.fs, job.store.work(STAGED), f"{c:06d}", ask.batch_rows,
-                         staged_schema([*ask.staged_columns, "locator"])) if job.stage else None
+                         staged_schema([*ask.staged_columns, "locator"]), keep=job.stream) if job.stage else None
     too_long: list[dict] = []
     for results in validated(job, c, wanted):
         with acyclic():  # Python rows: see dualview_core.data.seeds.acyclic
@@ -195,8 +293,11 @@ def plan_chunk(job: FirstPass, c: int, wanted: set[int] | None = None) -> pa.Tab
                 if staged:
                     staged.add([{**r, "locator": locator(c, raw.index)} for r in send])
                 too_long += refused
+        if staged:
+            yield from staged.take()
     if staged:
         staged.close()
+        yield from staged.take()
     if bad:
         name = f"{c:06d}{'-dup' if job.duplicates else ''}.parquet"
         with TableWriter(job.store.path(f"{WORK}/{QUARANTINED}/{name}"), QUARANTINE, job.store.options) as w:

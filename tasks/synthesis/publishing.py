@@ -20,7 +20,7 @@ node died rewrites its shard rather than adding one. The driver holds one summar
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import fsspec
@@ -50,6 +50,14 @@ class StagedRows:
     fs: fsspec.AbstractFileSystem
     paths: tuple[str, ...]
     drop: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """Engine input as a Ray Data Dataset of its `columns`, produced while the engine works (the
+    streaming first pass, tasks/synthesis/planning.py's `plan_stream`)."""
+
+    dataset: Callable[[list[str]], object]
 
 
 @dataclass(frozen=True)
@@ -99,9 +107,10 @@ def _summary(records: pa.Table, shard: str) -> pa.Table:
     return records.append_column("shard", pa.array([shard] * records.num_rows, pa.string()))
 
 
-def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, columns: list[str], judge: type,
+def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows | Streamed, columns: list[str], judge: type,
               args: tuple, shelf: Shelf) -> Iterator[pa.Table]:
-    """The summaries of the shards published as the engine answers the staged rows (see the module)."""
+    """The summaries of the shards published as the engine answers the staged rows, or the rows a
+    `Streamed` source gives as it makes them (see the module)."""
     engine = make_engine(cfg, model_path)
     carry = [c for c in columns if c not in ("cache_key", "messages")]
     wanted = [*ENGINE_INPUT, *(c for c in carry if c not in ENGINE_INPUT)]
@@ -112,12 +121,13 @@ def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, 
         from tasks.synthesis.staged_source import read_staged
 
         ensure_ray(cfg.ray_address)
-        ds = engine.transform(read_staged(staged, wanted), carry)
+        ds = engine.transform(staged.dataset(wanted) if isinstance(staged, Streamed) else read_staged(staged, wanted), carry)
         ds = ds.map_batches(Publish, fn_constructor_args=(judge, args, shelf), batch_size=shelf.rows, batch_format="pyarrow",
                             compute=ActorPoolStrategy(min_size=1, max_size=PUBLISHERS), num_cpus=HELPER_CPUS)
         summaries = ds.iter_batches(batch_size=None, batch_format="pyarrow")
     else:
-        summaries = _here(engine, Publish(judge, args, shelf), staged, wanted, shelf.rows)
+        rows = _streamed_rows(staged, wanted) if isinstance(staged, Streamed) else staged_rows(staged, wanted)
+        summaries = _here(engine, Publish(judge, args, shelf), rows, shelf.rows)
     rests = []  # records of short batches, published here in whole shards
     for summary in summaries:
         published = summary.filter(pc.is_valid(summary["shard"]))
@@ -134,10 +144,10 @@ def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows, 
         yield _summary(records, shelf.store.write_shard(records, shelf.folder, shelf.run))
 
 
-def _here(engine, publish: Publish, staged: StagedRows, columns: list[str], rows: int) -> Iterator[pa.Table]:
+def _here(engine, publish: Publish, batches: Iterator[list[dict]], rows: int) -> Iterator[pa.Table]:
     """What a Ray Data engine's pipeline gives, for an engine that answers in this process."""
     held: list[dict] = []
-    for staged_rows_ in staged_rows(staged, columns):
+    for staged_rows_ in batches:
         by_key = {r["cache_key"]: r for r in staged_rows_}
         for answers in engine.answers(staged_rows_):
             held += [{**by_key[a["cache_key"]], **a} for a in answers]
@@ -155,17 +165,28 @@ class Answered:
         self.keys = np.sort(fixed_width(keys))
         self.back = np.zeros(len(self.keys), dtype=bool)
 
-    def mark(self, keys: pa.Array) -> None:
-        wanted = fixed_width(keys)
-        if not len(wanted):
+    def mark(self, keys: pa.Array | np.ndarray, known_only: bool = False) -> None:
+        """Note `keys` (an Arrow array, or fixed-width keys) as back; one not sent is an error, or
+        with `known_only` left out (a call sent for a row the plan then left out)."""
+        wanted = keys if isinstance(keys, np.ndarray) else fixed_width(keys)
+        if not len(wanted) or not len(self.keys):
+            if len(wanted) and not known_only:
+                raise RuntimeError(f"the engine answered a row that was not sent: {wanted[0]!r}")
             return
-        at = np.minimum(np.searchsorted(self.keys, wanted), max(len(self.keys) - 1, 0))
-        if not len(self.keys) or (self.keys[at] != wanted).any():
-            raise RuntimeError(f"the engine answered a row that was not sent: {wanted[self.keys[at] != wanted][0]!r}")
-        self.back[at] = True
+        at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
+        found = self.keys[at] == wanted
+        if not found.all() and not known_only:
+            raise RuntimeError(f"the engine answered a row that was not sent: {wanted[~found][0]!r}")
+        self.back[at[found]] = True
 
     def missing(self) -> list[str]:
         return [k.decode() for k in self.keys[~self.back]]
+
+
+def _streamed_rows(staged: Streamed, columns: list[str]) -> Iterator[list[dict]]:
+    """A streamed source's rows, a block at a time, for an engine in this process."""
+    for table in staged.dataset(columns).iter_batches(batch_size=None, batch_format="pyarrow"):
+        yield table.to_pylist()
 
 
 def staged_rows(staged: StagedRows, columns: list[str]) -> Iterator[list[dict]]:

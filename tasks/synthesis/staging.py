@@ -32,10 +32,13 @@ def staged_schema(columns: Sequence[str]) -> pa.Schema:
 class StagedFiles:
     """Rows added here go to `folder` as `<prefix>-<n>.parquet` (`paths`, in order), whole row groups
     of `group_rows` (the engine's batch), about `STAGE_ROWS` rows a file; only the last file's last
-    group is shorter. Holds at most one file's rows."""
+    group is shorter. Holds at most one file's rows; with `keep`, also the tables written since the
+    caller last took them (`take`), for a caller that hands them on as well as staging them."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, folder: str, prefix: str, group_rows: int, schema: pa.Schema):
+    def __init__(self, fs: fsspec.AbstractFileSystem, folder: str, prefix: str, group_rows: int, schema: pa.Schema,
+                 keep: bool = False):
         self.fs, self.folder, self.prefix, self.group_rows, self.schema = fs, folder, prefix, group_rows, schema
+        self.keep, self.written = keep, []
         self.paths: list[str] = []
         self._buffer: list[dict] = []
         self.file_rows = max(group_rows, STAGE_ROWS // group_rows * group_rows)
@@ -55,11 +58,19 @@ class StagedFiles:
             self._buffer = []
         return tuple(self.paths)
 
+    def take(self) -> list[pa.Table]:
+        """The tables written since the last call (with `keep`)."""
+        out, self.written = self.written, []
+        return out
+
     def _write(self, rows: list[dict]) -> None:
         path = posixpath.join(self.folder, f"{self.prefix}-{len(self.paths):04d}.parquet")
+        table = pa.Table.from_pylist(rows, schema=self.schema)
         with self.fs.open(path, "wb") as f:
-            pq.write_table(pa.Table.from_pylist(rows, schema=self.schema), f, row_group_size=self.group_rows)
+            pq.write_table(table, f, row_group_size=self.group_rows)
         self.paths.append(path)
+        if self.keep:
+            self.written.append(table)
 
 
 def staged_info(fs: fsspec.AbstractFileSystem, paths: Sequence[str], keys: Sequence[str], columns: Sequence[str]) -> list[dict]:

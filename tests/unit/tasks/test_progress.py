@@ -43,6 +43,17 @@ def test_meter_paces_its_lines_and_always_says_the_last():
                      "synthesis: 30/30 rows (100%), 1.5 rows/s; 7 accepted"]
 
 
+def test_a_meter_with_no_total_says_its_count_when_told_it_is_finished():
+    clock, lines = Clock(), []
+    meter = Meter("synthesis", None, "rows", lines.append, every_s=10, clock=clock)
+    for t in (1.0, 2.0, 3.0):
+        clock.t = t
+        meter.advance(4)
+    assert lines == ["synthesis: 4 rows, 4 rows/s"]  # paced: the rest fell inside the interval
+    meter.finish("12 accepted")
+    assert lines[-1] == "synthesis: 12 rows, 4 rows/s; 12 accepted"
+
+
 def test_a_wait_is_announced_and_reminded_until_it_stops():
     lines, reminded = [], threading.Event()
 

@@ -42,3 +42,19 @@ def test_rows_come_back_by_key_in_the_order_asked(tmp_path):
     paths = files.close()
     got = staged_info(fs, paths, ["k007", "k001", "k009"], list(INFO))
     assert got == [{c: info(i)[c] for c in INFO} for i in (7, 1, 9)]
+
+
+def test_kept_files_are_handed_on_once_each_as_they_are_written(tmp_path):
+    fs = fsspec.filesystem("file")
+    files = StagedFiles(fs, str(tmp_path), "part", group_rows=100, schema=staged_schema(COLUMNS), keep=True)
+    rows = [info(i) for i in range(files.file_rows + 7)]
+    files.add(rows[:files.file_rows - 1])
+    assert files.take() == []  # nothing written yet: the rows wait in the buffer
+    files.add(rows[files.file_rows - 1:])
+    first = files.take()
+    assert [t.num_rows for t in first] == [files.file_rows] and files.take() == []
+    files.close()
+    taken = pa.concat_tables([*first, *files.take()])
+    assert taken.to_pylist() == pa.concat_tables([pq.read_table(p) for p in files.paths]).to_pylist()
+    assert taken["cache_key"].to_pylist() == [r["cache_key"] for r in rows]
+    assert StagedFiles(fs, str(tmp_path), "plain", group_rows=4, schema=staged_schema(COLUMNS)).take() == []
