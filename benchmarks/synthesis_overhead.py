@@ -37,10 +37,17 @@ ANSWER = "<answer><new_instruction>Only sources written for professional growers
 
 def serve_fixed_latency(port: int, latency_s: float) -> None:
     """A minimal OpenAI-compatible /v1/chat/completions that sleeps `latency_s`, then answers. Run in
-    its own process (`--serve`), so the clients measured never share an interpreter lock with it."""
+    its own process (`--serve`), so the clients measured never share an interpreter lock with it.
+    GET /first gives the wall-clock time of the first request since the last POST /first (null if none)."""
+    import time
+
     from aiohttp import web
 
+    first: list[float] = []
+
     async def chat(request: web.Request) -> web.Response:
+        if not first:
+            first.append(time.time())
         body = await request.json()
         await asyncio.sleep(latency_s)
         return web.json_response({
@@ -49,8 +56,14 @@ def serve_fixed_latency(port: int, latency_s: float) -> None:
             "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920},
         })
 
+    async def first_request(request: web.Request) -> web.Response:
+        if request.method == "POST":
+            first.clear()
+        return web.json_response({"first": first[0] if first else None})
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_route("*", "/first", first_request)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, backlog=4096)
 
 

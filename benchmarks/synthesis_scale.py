@@ -8,17 +8,17 @@ OpenAI-compatible server of benchmarks/synthesis_overhead.py, in its own process
 
 1. anchor: a bare asyncio loop over one aiohttp session sends the same request bodies to the same
    server at the same concurrency (the first `--anchor-rows` seeds): what a user would write by hand;
-2. a first run into an empty output folder, in its own process: wall time, the time of the first and
-   of the last answer (planning and the engine run as one stream: the first answers come while later
-   chunks are read), rows/s end to end, from the start to the last answer and in the engine's steady
-   state (after the first shard), the driver's peak RSS (VmHWM) and the process tree's peak (the
-   driver, Ray and its workers: the sum of their PSS, sampled twice a second), and the record shards
-   written;
+2. a first run into an empty output folder, in its own process: wall time, the time of the first
+   request the server saw, of the first published shard and of the last answer (planning and the
+   engine run as one stream: the first answers come while later chunks are read), rows/s end to end,
+   from the start to the last answer and in the engine's steady state (after the first shard), the
+   driver's peak RSS (VmHWM) and the process tree's peak (the driver, Ray and its workers: the sum of
+   their PSS, sampled twice a second), and the record shards written;
 3. the same run again, unchanged: wall time and peak RSS; with `--s3`, also against a copy of the
    output on a local moto S3 server, counting the requests it serves;
 4. the same rows rewritten to a new file (every call cached: one read-and-key pass and the derived
-   tables), then a copy with `--changed` of the rows' instructions edited: the time of its first
-   answer and its wall time, against the rewritten copy's.
+   tables), then a copy with `--changed` of the rows' instructions edited: the times of its first
+   request and first shard, and its wall time, against the rewritten copy's.
 
 Targets (issue "Synthesis at cluster scale"): engine >= 0.8 x the bare loop; driver peak <= 1 GB;
 unchanged re-run <= 20 s at 100k rows and <= 3 min at 1M; a small, bounded number of S3 requests; (issue
@@ -86,7 +86,7 @@ def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, sh
     cfg = SynthesisConfig(engine="openai", shard_rows=shard_rows,
                           openai=OpenAIEngineConfig(base_url=endpoint, model="bench", concurrency=concurrency, actors=actors))
     lines: list[tuple[float, str]] = []
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
 
     def progress(line: str) -> None:
         lines.append((time.perf_counter() - start, line))
@@ -101,7 +101,7 @@ def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, sh
 
     shards = len(RecordStore(out, options).shard_names())
     print(RESULT + json.dumps({
-        "seconds": seconds, "first_s": answered[0] if answered else None, "answered_s": answered[-1] if answered else None,
+        "seconds": seconds, "started_at": started_at, "first_s": answered[0] if answered else None, "answered_s": answered[-1] if answered else None,
         "peak_rss_mb": peak_rss_mb(), "plan": summary["plan"], "cost": summary["cost"], "shards": shards,
         "dual_views": summary["dual_views"], "rejected": summary["rejected"]}), flush=True)
 
@@ -111,6 +111,7 @@ def run_child(seeds: str, out: str, endpoint: str, args, storage_options: dict |
            "--actors", str(args.actors), "--shard-rows", str(args.shard_rows)]
     if storage_options:
         cmd += ["--storage-options", json.dumps(storage_options)]
+    first_request(endpoint, reset=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
     tree = TreeMemory(proc.pid)
     tree.start()
@@ -119,7 +120,19 @@ def run_child(seeds: str, out: str, endpoint: str, args, storage_options: dict |
     if proc.returncode:
         raise SystemExit(f"child failed:\n{stderr[-3000:]}")
     line = next(x for x in stdout.splitlines() if x.startswith(RESULT))
-    return {**json.loads(line[len(RESULT):]), "tree_peak_mb": tree.peak_mb, "load": os.getloadavg()[0]}
+    result = json.loads(line[len(RESULT):])
+    sent = first_request(endpoint)
+    return {**result, "first_request_s": sent - result["started_at"] if sent else None, "tree_peak_mb": tree.peak_mb,
+            "load": os.getloadavg()[0]}
+
+
+def first_request(endpoint: str, reset: bool = False) -> float | None:
+    """The server's wall-clock time of the first request since the last reset (None if none)."""
+    import urllib.request
+
+    url = endpoint.removesuffix("/v1") + "/first"
+    with urllib.request.urlopen(urllib.request.Request(url, method="POST" if reset else "GET"), timeout=10) as r:
+        return json.loads(r.read())["first"]
 
 
 def anchor(seeds: str, endpoint: str, rows: int, concurrency: int) -> float:
@@ -233,24 +246,28 @@ def main() -> None:
     print(f"\nopenai engine, {args.concurrency} in flight over {args.actors} actor(s), {args.latency_ms:.0f} ms a request "
           f"(limit {limit:.0f} rows/s); shards of at most {args.shard_rows} rows")
     print("| rows | bare aiohttp rows/s | start to last answer rows/s (ratio) | steady (ratio) | end to end rows/s (ratio) | "
-          "first answer s | last answer s | total s | driver peak | tree peak (PSS) | shards | unchanged re-run | re-run peak | S3 requests | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "first request s | first shard s | last answer s | total s | driver peak | tree peak (PSS) | shards | unchanged re-run | "
+          "re-run peak | S3 requests | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n, bare, first, again, remote, _, _ in table:
         engine = n / first["answered_s"] if first["answered_s"] else float("nan")
         steady = first["cost"]["steady_rows_per_s"] or float("nan")
         total = n / first["seconds"]
         print(f"| {n:,} | {bare:.0f} | {engine:.0f} ({engine / bare:.2f}) | {steady:.0f} ({steady / bare:.2f}) | {total:.0f} ({total / bare:.2f}) | "
-              f"{first['first_s']:.1f} | {first['answered_s']:.1f} | {first['seconds']:.1f} | {first['peak_rss_mb']:.0f} MB | "
+              f"{fmt_s(first['first_request_s'])} | {first['first_s']:.1f} | {first['answered_s']:.1f} | {first['seconds']:.1f} | {first['peak_rss_mb']:.0f} MB | "
               f"{first['tree_peak_mb']:.0f} MB | {first['shards']} | {again['seconds']:.1f} s | {again['peak_rss_mb']:.0f} MB | "
               f"{remote['s3_requests'] if remote else '-'} | {first['load']:.1f} |")
 
     print(f"\n{args.changed:.0%} of the rows' instructions edited, against the same rows rewritten (every call cached)")
-    print("| rows | rewritten: total s | edited: calls | first answer s | total s | over the rewritten s |")
-    print("|---|---|---|---|---|---|")
+    print("| rows | rewritten: total s | edited: calls | first request s | first shard s | total s | over the rewritten s |")
+    print("|---|---|---|---|---|---|---|")
     for n, _, _, _, _, touched, changed in table:
-        first = f"{changed['first_s']:.1f}" if changed["first_s"] is not None else "-"
-        print(f"| {n:,} | {touched['seconds']:.1f} | {changed['cost']['engine_rows']:,} | {first} | "
-              f"{changed['seconds']:.1f} | {changed['seconds'] - touched['seconds']:+.1f} |")
+        print(f"| {n:,} | {touched['seconds']:.1f} | {changed['cost']['engine_rows']:,} | {fmt_s(changed['first_request_s'])} | "
+              f"{fmt_s(changed['first_s'])} | {changed['seconds']:.1f} | {changed['seconds'] - touched['seconds']:+.1f} |")
+
+
+def fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def rewrite(src: str, dst: str, share: float) -> None:

@@ -274,7 +274,8 @@ class SynthesisConfig(ConfigModel):
     limit: int | None = Field(None, gt=0, description="Use only the first N eligible seeds (smoke runs).")
     shard_rows: int = Field(
         1024, gt=0, description="Rows per output shard (a small run writes smaller ones, down to 16 rows, so that "
-        "it publishes eight and its progress moves). Smaller shards lose less work to a crash; more files."
+        "it publishes eight and its progress moves). A killed run asks again for its calls in flight and the "
+        "answers not yet in a shard: smaller shards lose less, and make more files."
     )
     ray_address: str | None = Field(None, description="Ray cluster address; None starts a local Ray.")
     ray_job: RayJobConfig | None = Field(

@@ -32,6 +32,7 @@ from dualview_core.contracts import Reason
 
 CHUNK_BYTES = 64 << 20  # JSONL: ~9k realistic rows (7 KB each) a chunk
 CHUNK_ROWS = 8192  # Parquet: row groups are gathered up to this many rows
+GUESS_ROW_BYTES = 4 << 10  # JSONL: a small seed row, for sizes decided before a chunk is read
 ROW_BITS = 32  # a chunk holds fewer than 2**32 rows
 
 
@@ -51,6 +52,18 @@ class Chunk:
     start: int = 0  # parquet: first row group; jsonl: first byte
     stop: int = 0  # parquet: one past the last row group; jsonl: one past the last byte
     rows: int | None = None  # known in advance for Parquet only
+
+    @property
+    def expected_rows(self) -> int | None:
+        """Its rows if known (Parquet), else guessed from its bytes (JSONL, on the small side); None
+        for a source whose size says nothing before it is read.
+
+            >>> Chunk("a.jsonl", "jsonl", 0, 40 << 10).expected_rows, Chunk("a.parquet", "parquet", 0, 1, 500).expected_rows
+            (10, 500)
+        """
+        if self.rows is not None:
+            return self.rows
+        return max(1, (self.stop - self.start) // GUESS_ROW_BYTES) if self.kind == "jsonl" else None
 
 
 def locator(chunk: int, row: int) -> int:

@@ -221,8 +221,8 @@ def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary,
 
     cfg, judging = ask.cfg, ask.judging
     job = replace(job, stream=True)
-    known = [c.rows for c in job.chunks]
-    shelf = Shelf(store, RECORDS, run, shard_rows(cfg, sum(known) if None not in known else cfg.shard_rows * PROGRESS_STEPS))
+    expected = [c.expected_rows for c in job.chunks]  # source rows, more than calls: shards no smaller than planned ones
+    shelf = Shelf(store, RECORDS, run, shard_rows(cfg, sum(expected) if None not in expected else cfg.shard_rows * PROGRESS_STEPS))
     meter = Meter("synthesis", None, "rows", progress, every_s=PROGRESS_EVERY_S)
     answered: list = []  # the answered keys, fixed-width: which calls of the plan came back
     source = Streamed(lambda columns: plan_stream(job, columns))

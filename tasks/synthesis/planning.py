@@ -55,10 +55,22 @@ PLAN_CPUS = 1.0  # a chunk task validates and renders: CPU-bound, one core
 # for ever on a 2-core machine. It asks for half, and at most half the cluster's CPUs plan at once.
 STREAM_PLAN_CPUS = 0.5
 # Ray Data gathers what a task yields into blocks of up to its target size (128 MiB by default, a
-# chunk's every call) and each stage after it answers a whole block before handing any of it on: so
-# the first answers would wait for the first chunk's last. Small blocks let them flow (a few thousand
-# calls a block).
-STREAM_BLOCK_BYTES = 8 * 2**20
+# chunk's every call), and each stage after it hands on nothing of a block before it has answered all
+# of it: the first answers would wait for the first chunk's last, and a crash would lose every answer
+# held in the engine. So the stream's blocks are about one engine batch (`stream_block_bytes`): answers
+# reach the shards as they come, and a killed run repeats little more than its calls in flight and a
+# shard's worth of answers.
+STAGED_CALL_BYTES = 4 << 10  # a staged call (its rendered prompt with two passages), on the small side
+MIN_STREAM_BLOCK_BYTES = 64 << 10  # fewer, larger blocks for an engine with small batches
+
+
+def stream_block_bytes(batch_rows: int) -> int:
+    """The stream's target block size for an engine batch of `batch_rows` calls.
+
+        >>> stream_block_bytes(256), stream_block_bytes(8)
+        (1048576, 65536)
+    """
+    return max(MIN_STREAM_BLOCK_BYTES, batch_rows * STAGED_CALL_BYTES)
 
 
 @dataclass(frozen=True)
@@ -129,7 +141,7 @@ def plan_stream(job: FirstPass, columns: list[str]):
     items = [{"chunk": c} for c in range(len(job.chunks))]
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds.context.raise_original_map_exception = True  # a task's SourceError reaches the driver as one
-    ds.context.target_max_block_size = STREAM_BLOCK_BYTES  # this pipeline's, the engine's stages included
+    ds.context.target_max_block_size = stream_block_bytes(job.ask.batch_rows)  # this pipeline's, the engine's too
     planners = max(1, int(ray.cluster_resources().get("CPU", 1) // 2))
     return ds.map_batches(_stream_task, fn_args=(job, columns), batch_size=1, batch_format="pyarrow",
                           num_cpus=STREAM_PLAN_CPUS, concurrency=planners)

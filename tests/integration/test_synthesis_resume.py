@@ -1,6 +1,8 @@
 """kill -9 at a realistic size: thousands of realistic seeds, shards of 512 rows, the openai engine
-through Ray Data against a fast local endpoint. A run killed (driver, Ray and all) once some shards
-are published resumes to exactly the records and outputs of an uninterrupted run."""
+through Ray Data, 16 requests in flight against a local endpoint that answers in 50 ms. A run killed
+(driver, Ray and all) once some shards are published resumes to exactly the records and outputs of an
+uninterrupted run, and asks again only for what was lost: the calls in flight and the answers not yet
+in a shard."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,6 +23,8 @@ from tests.helpers.services import kill_session, serve, stop_serving
 
 VARIANTS = 64  # x 66 eligible sample seeds = 4,224 rows
 SHARD_ROWS = 512
+IN_FLIGHT = 16
+CALLS: Counter = Counter()  # requests the endpoint answered, by prompt (one a row)
 
 
 def realistic_seeds(path: Path) -> int:
@@ -38,12 +43,14 @@ def realistic_seeds(path: Path) -> int:
 @pytest.fixture(scope="module")
 def endpoint():
     """An OpenAI-shaped endpoint answering each prompt with an instruction derived from its query (so
-    the answers, and the outputs, depend on nothing but the row), a few milliseconds a request."""
+    the answers, and the outputs, depend on nothing but the row), 50 ms a request: slower than judging
+    and publishing, as an LLM is."""
     async def handle(request: web.Request) -> web.Response:
         body = await request.json()
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")
         query = user.split("\n", 1)[0].removeprefix("QUERY: ")
-        await asyncio.sleep(0.003)
+        CALLS[user] += 1
+        await asyncio.sleep(0.05)
         instruction = (f"Only sources that report measured outcomes for {query}, with numbers." if len(query) % 3
                        else "Sure! Here is one.")  # a third of the rows rejected as chatter
         text = f"<answer><new_instruction>{instruction}</new_instruction></answer>"
@@ -57,7 +64,7 @@ def endpoint():
 
 def cli(seeds: Path, out: Path, endpoint: str) -> list[str]:
     return [str(Path(sys.executable).parent / "dualview"), "synthesize", "--seeds", str(seeds), "--out", str(out),
-            "--engine", "openai", "--base-url", endpoint, "--model", "fast", "--concurrency", "16",
+            "--engine", "openai", "--base-url", endpoint, "--model", "fast", "--concurrency", str(IN_FLIGHT),
             "--shard-rows", str(SHARD_ROWS)]
 
 
@@ -85,6 +92,7 @@ def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, t
     expected = records(whole)
     assert len(expected) == total
 
+    CALLS.clear()
     proc = subprocess.Popen(cli(seeds, killed, endpoint), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 600
@@ -105,3 +113,7 @@ def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, t
     views, rejected = outputs(killed)
     assert (views, rejected) == outputs(whole) and len(views) > 0 and len(rejected) > 0
     assert not (killed / ".work").exists()  # the killed run's staged input is gone after the resume
+    # every row asked, none twice in a run; asked again: the calls in flight at the kill, and answers that
+    # were not yet in a shard (a publisher gathering one, the driver's short batches)
+    assert len(CALLS) == total and max(CALLS.values()) <= 2
+    assert sum(CALLS.values()) - total <= IN_FLIGHT + 2 * SHARD_ROWS

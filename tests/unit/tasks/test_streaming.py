@@ -1,17 +1,20 @@
-"""Streaming synthesis: when planning feeds the engine directly, and which calls the engine answered
-(every key sent is found; one never sent is an error unless the caller knows some were sent for rows
-the plan then left out)."""
+"""Streaming synthesis: when planning feeds the engine directly, how large its blocks and shards are
+before any row is read, and which calls the engine answered (every key sent is found; one never sent
+is an error unless the caller knows some were sent for rows the plan then left out)."""
 
 from __future__ import annotations
 
+import doctest
 from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 
+from dualview_core.data import chunks
 from dualview_core.data.chunks import Chunk
 from dualview_core.synthesis.cache_index import fixed_width
-from tasks.synthesis.planning import FirstPass, streams
+from tasks.synthesis import planning
+from tasks.synthesis.planning import FirstPass, stream_block_bytes, streams
 from tasks.synthesis.publishing import Answered
 
 
@@ -23,6 +26,21 @@ def job(limit: int | None) -> FirstPass:
 def test_planning_feeds_the_engine_unless_a_limit_waits_on_the_whole_plan():
     assert streams(job(limit=None))
     assert not streams(job(limit=100))
+
+
+def test_the_stream_moves_in_blocks_of_about_one_engine_batch():
+    assert doctest.testmod(planning).failed == 0
+    assert stream_block_bytes(256) == 256 * planning.STAGED_CALL_BYTES  # the openai engine at concurrency 64
+    assert stream_block_bytes(16) == planning.MIN_STREAM_BLOCK_BYTES  # a vLLM batch: no smaller blocks than this
+    assert stream_block_bytes(1024) > stream_block_bytes(256)
+
+
+def test_a_chunk_says_how_many_rows_to_expect_before_it_is_read():
+    assert doctest.testmod(chunks).failed == 0
+    assert Chunk("s.parquet", "parquet", 0, 3, rows=700).expected_rows == 700
+    assert Chunk("s.jsonl", "jsonl", 1 << 20, 3 << 20).expected_rows == (2 << 20) // chunks.GUESS_ROW_BYTES
+    assert Chunk("s.jsonl", "jsonl", 0, 100).expected_rows == 1  # a tiny tail still counts
+    assert Chunk("data", "hf").expected_rows is None  # nothing known before reading
 
 
 def test_answers_are_matched_to_the_calls_sent():
