@@ -40,8 +40,8 @@ from dualview_core.method.prompting import prompt_version, template_named
 from dualview_core.data.sources import source_fingerprint
 from dualview_core.synthesis.records import CostSummary
 from tasks.synthesis.judging import Asking, RecordStage
-from tasks.synthesis.planning import (STAGED, FirstPass, first_pass, plan_seeds, plan_stream, source_errors, streamed_plan,
-                                      streams)
+from tasks.synthesis.planning import (STAGED, FirstPass, first_pass, plan_seeds, plan_stream, source_errors,
+                                      staged_anywhere, streamed_plan, streams)
 from tasks.progress import Progress, duration
 from tasks.synthesis.publishing import (COST_COLUMNS, PROGRESS_STEPS, Answered, Shelf, StagedRows, Streamed, published,
                                        shard_rows)
@@ -82,6 +82,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
                 plan, job = plan_seeds(job)
                 counts = _counts(store, manifest, plan, progress, "to send")
                 if plan.pending:
+                    costs.started = time.perf_counter()  # first answers: from the engine's start, as when streamed
                     _call_engine(plan, ask, store, costs, progress, model_path, run)
             seed_map, validation, sent, chosen = plan.seed_map, plan.report, plan.pending, plan.seeds
             del plan  # its keys and locators: what follows needs the seed map and the chosen seeds
@@ -221,7 +222,7 @@ def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary,
 
     cfg, judging = ask.cfg, ask.judging
     job = replace(job, stream=True)
-    expected = [c.expected_rows for c in job.chunks]  # source rows, more than calls: shards no smaller than planned ones
+    expected = [c.expected_rows for c in job.chunks]  # source rows: the calls are known only once planned
     shelf = Shelf(store, RECORDS, run, shard_rows(cfg, sum(expected) if None not in expected else cfg.shard_rows * PROGRESS_STEPS))
     meter = Meter("synthesis", None, "rows", progress, every_s=PROGRESS_EVERY_S)
     answered: list = []  # the answered keys, fixed-width: which calls of the plan came back
@@ -243,10 +244,11 @@ def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary,
                    "latency_s": None})
     if len(plan.recorded):
         progress(f"synthesis: {len(plan.recorded)} prompt(s) too long for the engine's context, rejected before sending")
-    sent = Answered(plan.staged)
+    sent, anywhere = Answered(plan.staged), Answered(staged_anywhere(job))
     for keys in answered:
-        sent.mark(keys, known_only=True)
-    del answered
+        anywhere.mark(keys)  # an answer to a call no chunk staged is an error
+        sent.mark(keys, known_only=True)  # those of rows the plan left out are not the plan's
+    del answered, anywhere
     _record_missing(sent, store, judging, run, costs, meter, tuple(store.work_files(STAGED)))
     return plan, job
 

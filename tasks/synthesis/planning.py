@@ -10,8 +10,9 @@ it writes OUT/quarantine.parquet from the chunks' parts, in source order.
 Without a `limit` (`streams`), the pass streams (`plan_stream`): each task yields its chunk's staged
 calls as they are written, into the engine's Ray Data pipeline, and leaves its PLAN_ROW part in
 OUT/.work/plan/; the driver reads the parts once the stream ends (`streamed_plan`). A chunk's calls thus
-reach the engine before the last chunk is read. A duplicate found in a later chunk has been sent all the
-same: its record joins the cache.
+reach the engine before the last chunk is read. A task sends nothing for a row whose identity an
+earlier row of its chunk has (the plan quarantines it); a duplicate found in a later chunk has been
+sent all the same: its record joins the cache.
 
 With a `limit`, a first job only plans (no index, no rendering) and a second one stages the seeds
 chosen, so a smoke run on a large source renders a few rows, not all of them. Duplicates are rare:
@@ -39,7 +40,7 @@ from dualview_core.contracts import PLAN_ROW, QUARANTINE, Rejected
 from dualview_core.storage.tables import TableWriter, quarantine_table
 from dualview_core.synthesis.plan import Plan, PlanBuilder, PlanRows, with_calls
 from dualview_core.method.prompting import render
-from dualview_core.data.seeds import acyclic, duplicate, is_synthesis_seed, rejected, validate
+from dualview_core.data.seeds import acyclic, duplicate, identity, is_synthesis_seed, rejected, validate
 from dualview_core.data.sources import SourceError, chunks, read_rows
 from dualview_core.storage.filesystems import filesystem, is_remote
 from dualview_core.synthesis.records import cache_key, prompt_too_long, targets
@@ -98,7 +99,7 @@ def streams(job: FirstPass) -> bool:
     plan. The engine starts at once, while the first chunk is read, so its start (minutes for a
     large model) overlaps planning; a source whose calls all turn out cached has started it for
     nothing, which costs no more than the start itself."""
-    return job.ask.cfg.limit is None
+    return job.ask.cfg.limit is None and len(job.chunks) > 0  # no chunk, no stream: Ray Data wants a block
 
 
 def plan_seeds(job: FirstPass) -> tuple[Plan, FirstPass]:
@@ -161,6 +162,15 @@ def streamed_plan(job: FirstPass) -> Plan:
     plan = builder.resolve(None)
     pa.default_memory_pool().release_unused()
     return _finish(job, plan)
+
+
+def staged_anywhere(job: FirstPass) -> pa.Array:
+    """Every key a streaming first pass staged, for rows the plan kept or left out: what the engine
+    may have answered. Read again from the PLAN_ROW parts (their `staged` column only)."""
+    keys = [pc.list_flatten(_read(job.store, path, columns=["staged"])["staged"])
+            for path in job.store.work_files(PLANNED)]
+    return pa.concat_arrays([k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]) if keys \
+        else pa.array([], pa.string())
 
 
 def _finish(job: FirstPass, plan: Plan) -> Plan:
@@ -288,6 +298,7 @@ def _planned(job: FirstPass, c: int, wanted: set[int] | None) -> Generator[pa.Ta
     staged = StagedFiles(job.store.fs, job.store.work(STAGED), f"{c:06d}", ask.batch_rows,
                          staged_schema([*ask.staged_columns, "locator"]), keep=job.stream) if job.stage else None
     too_long: list[dict] = []
+    seen: set[str] = set()  # this chunk's valid identities: a repeat is the plan's duplicate, never sent
     for results in validated(job, c, wanted):
         with acyclic():  # Python rows: see dualview_core.data.seeds.acyclic
             if job.duplicates:
@@ -302,6 +313,9 @@ def _planned(job: FirstPass, c: int, wanted: set[int] | None) -> Generator[pa.Ta
                     continue
                 n, send, refused = calls.get(raw.index, (0, [], []))
                 rows.valid(raw.index, seed, [r["cache_key"] for r in send], [r["cache_key"] for r in refused], calls=n)
+                if identity(seed) in seen:  # quarantined as duplicate_id once the plan is read
+                    continue
+                seen.add(identity(seed))
                 if staged:
                     staged.add([{**r, "locator": locator(c, raw.index)} for r in send])
                 too_long += refused
@@ -370,9 +384,9 @@ def _write_quarantine(store: RecordStore, plan: Plan) -> None:
             out.write(table.set_column(table.schema.get_field_index("row_index"), "row_index", pa.array(positions)))
 
 
-def _read(store: RecordStore, path: str) -> pa.Table:
+def _read(store: RecordStore, path: str, columns: list[str] | None = None) -> pa.Table:
     import pyarrow.parquet as pq
 
     with store.fs.open(path, "rb") as f:
-        return pq.read_table(f)
+        return pq.read_table(f, columns=columns)
 

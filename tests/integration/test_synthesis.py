@@ -187,3 +187,19 @@ def test_a_row_group_that_cannot_be_read_fails_the_run_with_one_line_and_nothing
     message = str(caught.value)
     assert message.startswith(f"{path}: unreadable (") and "\n" not in message
     assert not list((tmp_path / "out").glob("records/*.parquet"))
+
+
+def test_a_parquet_source_without_row_groups_is_an_empty_run(tmp_path):
+    """A writer closed before its first row leaves a file of no row groups, so no chunk: the run plans
+    nothing, sends nothing and publishes the empty tables (a stream of no chunks is none at all)."""
+    import pyarrow as pa
+
+    from tests.helpers.factories import promptriever_row
+
+    path = tmp_path / "seeds.parquet"
+    pq.ParquetWriter(path, pa.Table.from_pylist([promptriever_row("q0")]).schema).close()
+    cfg = SynthesisConfig(engine="openai", openai=OpenAIEngineConfig(base_url="http://127.0.0.1:9/v1", model="m"))
+    summary = run_synthesis(str(path), str(tmp_path / "out"), cfg)
+    assert summary["synthesis_seeds"] == 0 and summary["plan"]["pending"] == 0 and summary["cost"]["engine_rows"] == 0
+    assert pq.read_table(tmp_path / "out" / "dual_views.parquet").num_rows == 0
+    assert pq.read_table(tmp_path / "out" / "quarantine.parquet").num_rows == 0

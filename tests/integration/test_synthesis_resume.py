@@ -88,9 +88,11 @@ def outputs(out: Path) -> tuple[list, list]:
 def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, tmp_path):
     seeds, whole, killed = tmp_path / "seeds.jsonl", tmp_path / "whole", tmp_path / "killed"
     total = realistic_seeds(seeds)
+    CALLS.clear()
     subprocess.run(cli(seeds, whole, endpoint), check=True, capture_output=True, timeout=900)
     expected = records(whole)
     assert len(expected) == total
+    assert len(CALLS) == total and set(CALLS.values()) == {1}  # every row asked once
 
     CALLS.clear()
     proc = subprocess.Popen(cli(seeds, killed, endpoint), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -101,7 +103,10 @@ def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, t
         time.sleep(0.02)
     kill_session(proc.pid)  # driver, Ray and every worker, mid-stream
     proc.wait()
+    time.sleep(0.5)  # requests already on the wire reach the endpoint and are counted as the killed run's
     published = len(records(killed))
+    killed_calls = Counter(CALLS)  # requests the killed run made, in flight at the kill included
+    CALLS.clear()
     assert 0 < published < total and published % SHARD_ROWS == 0 and not (killed / "manifest.json").exists()
     assert list(killed.glob(".work/staged/*.parquet"))  # the killed run's staged input, left behind
 
@@ -115,5 +120,27 @@ def test_kill_9_at_a_realistic_size_resumes_to_the_uninterrupted_run(endpoint, t
     assert not (killed / ".work").exists()  # the killed run's staged input is gone after the resume
     # every row asked, none twice in a run; asked again: the calls in flight at the kill, and answers that
     # were not yet in a shard (a publisher gathering one, the driver's short batches)
-    assert len(CALLS) == total and max(CALLS.values()) <= 2
-    assert sum(CALLS.values()) - total <= IN_FLIGHT + 2 * SHARD_ROWS
+    assert max(killed_calls.values()) == 1 and max(CALLS.values()) == 1
+    assert len(killed_calls | CALLS) == total
+    assert sum((killed_calls & CALLS).values()) <= IN_FLIGHT + 2 * SHARD_ROWS
+
+
+@pytest.mark.slow
+def test_a_row_repeated_in_a_chunk_is_asked_once(endpoint, tmp_path):
+    """Two rows with one identity (the second quarantined as duplicate_id): the stream sends the first
+    row's calls only, so the cost counts each call once."""
+    rows = [json.loads(line) for line in Path(sample.seeds_path()).read_text(encoding="utf-8").splitlines()]
+    eligible = [r for r in rows if r["has_instruction"] and r["new_negatives"]]
+    seeds = tmp_path / "seeds.jsonl"
+    with open(seeds, "w", encoding="utf-8") as out:
+        for r in eligible:
+            out.write(json.dumps(r) + "\n")
+            newer = " Newer sources first."  # the same query_id, another instruction
+            out.write(json.dumps({**r, "only_instruction": r["only_instruction"] + newer, "query": r["query"] + newer}) + "\n")
+    CALLS.clear()
+    run = subprocess.run(cli(seeds, tmp_path / "out", endpoint), capture_output=True, timeout=600, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout)
+    assert summary["seeds"]["by_reason"]["duplicate_id"] == len(eligible)
+    assert len(CALLS) == summary["cost"]["engine_rows"] == len(records(tmp_path / "out")) and set(CALLS.values()) == {1}
+    assert all("Newer sources first." not in prompt for prompt in CALLS)

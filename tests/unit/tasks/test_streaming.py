@@ -18,14 +18,15 @@ from tasks.synthesis.planning import FirstPass, stream_block_bytes, streams
 from tasks.synthesis.publishing import Answered
 
 
-def job(limit: int | None) -> FirstPass:
-    pieces = (Chunk("seeds", "parquet", rows=500), Chunk("seeds", "parquet", rows=500))
-    return FirstPass("seeds", None, pieces, None, SimpleNamespace(cfg=SimpleNamespace(limit=limit)), None, "run")
+def job(limit: int | None, pieces: int = 2) -> FirstPass:
+    chunked = tuple(Chunk("seeds", "parquet", rows=500) for _ in range(pieces))
+    return FirstPass("seeds", None, chunked, None, SimpleNamespace(cfg=SimpleNamespace(limit=limit)), None, "run")
 
 
 def test_planning_feeds_the_engine_unless_a_limit_waits_on_the_whole_plan():
     assert streams(job(limit=None))
     assert not streams(job(limit=100))
+    assert not streams(job(limit=None, pieces=0))  # a source without a row: nothing to stream, an empty plan
 
 
 def test_the_stream_moves_in_blocks_of_about_one_engine_batch():
