@@ -75,10 +75,10 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             model_path = _model_path(cfg, progress)
             costs = CostSummary()
             job = first_pass(seeds_path, storage_options, store, ask, model_path, run, progress)
-            if streams(job):  # planning and the engine as one stream
+            if streams(job) and not _all_cached(store, cfg, ask, manifest.get("summary", {}), source):  # one stream
                 plan, job = _stream(job, store, ask, costs, progress, model_path, run)
                 counts = _counts(store, manifest, plan, progress, "sent")
-            else:  # plan, then send the chosen seeds' calls, if any
+            else:  # plan, then send the chosen seeds' calls, if any (the engine starts only then)
                 plan, job = plan_seeds(job)
                 counts = _counts(store, manifest, plan, progress, "to send")
                 if plan.pending:
@@ -117,6 +117,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             "seed_fingerprint": seed_fingerprint,
             "source_fingerprint": source,
             "outputs_fingerprint": outputs,
+            "calls_fingerprint": _calls_fingerprint(store, cfg, ask, source),
             "out": out,
         }
         store.write_manifest({"seed_map": store.write_seed_map(seed_map), "summary": summary})
@@ -139,6 +140,23 @@ def _as_left(store: RecordStore, cfg: SynthesisConfig, ask: Asking, previous: di
             and not previous.get("outcomes", {}).get("by_reason", {}).get("engine_error")
             and previous.get("outputs_fingerprint") == _outputs_fingerprint(store, cfg, ask, previous["seed_fingerprint"])
             and _derived_intact(store, previous))
+
+
+def _calls_fingerprint(store: RecordStore, cfg: SynthesisConfig, ask: Asking, source: str) -> str:
+    """What decides the calls a run asks for and which of them are answered: the seed files, the
+    shards (by name) and the settings that key and choose calls."""
+    parts = [source, store.shard_names(), ask.version, ask.model_id, ask.sampling, cfg.per_negative, cfg.max_error_runs,
+             cfg.limit]
+    return digest(canonical_json(parts))
+
+
+def _all_cached(store: RecordStore, cfg: SynthesisConfig, ask: Asking, previous: dict, source: str) -> bool:
+    """Whether the last completed run left every call of these seeds answered (same files, shards and
+    call settings, nothing to retry), so this one sends none: it is not streamed, and the engine, an
+    80B model on a cluster, is not started for a run that only judges and derives again (say under
+    another filtering policy)."""
+    return (previous.get("calls_fingerprint") == _calls_fingerprint(store, cfg, ask, source)
+            and not previous.get("outcomes", {}).get("by_reason", {}).get("engine_error"))
 
 
 def _verdicts_final(cfg: SynthesisConfig, previous: dict) -> bool:

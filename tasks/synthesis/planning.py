@@ -97,8 +97,9 @@ class FirstPass:
 def streams(job: FirstPass) -> bool:
     """Whether the first pass feeds the engine as it plans: whenever no `limit` waits on the whole
     plan. The engine starts at once, while the first chunk is read, so its start (minutes for a
-    large model) overlaps planning; a source whose calls all turn out cached has started it for
-    nothing, which costs no more than the start itself."""
+    large model) overlaps planning. A source whose calls all turn out cached has started it for
+    nothing; the driver does not stream when the last run shows them all answered (same files,
+    shards and call settings: `tasks.synthesis.driver._all_cached`)."""
     return job.ask.cfg.limit is None and len(job.chunks) > 0  # no chunk, no stream: Ray Data wants a block
 
 

@@ -144,3 +144,32 @@ def test_a_row_repeated_in_a_chunk_is_asked_once(endpoint, tmp_path):
     assert summary["seeds"]["by_reason"]["duplicate_id"] == len(eligible)
     assert len(CALLS) == summary["cost"]["engine_rows"] == len(records(tmp_path / "out")) and set(CALLS.values()) == {1}
     assert all("Newer sources first." not in prompt for prompt in CALLS)
+
+
+@pytest.mark.slow
+def test_a_run_that_only_judges_again_starts_no_engine(endpoint, tmp_path):
+    """Same seeds, same shards, another filtering policy: every call is cached, so the run is not
+    streamed and the engine (minutes for a large model) is never started; the outputs follow the new
+    policy. Removing a shard makes its calls pending again, and the engine starts."""
+    rows = [json.loads(line) for line in Path(sample.seeds_path()).read_text(encoding="utf-8").splitlines()]
+    seeds, out = tmp_path / "seeds.jsonl", tmp_path / "out"
+    seeds.write_text("".join(json.dumps(r) + "\n" for r in rows if r["has_instruction"] and r["new_negatives"]),
+                     encoding="utf-8")
+    first = subprocess.run(cli(seeds, out, endpoint), capture_output=True, timeout=600, text=True)
+    assert first.returncode == 0 and "starting the Ray Data client stage" in first.stderr, first.stderr[-3000:]
+    guarded = json.loads(first.stdout)
+    assert guarded["filtering"] == "guards" and guarded["rejected"] > 0  # the endpoint's chatter
+
+    CALLS.clear()
+    again = subprocess.run([*cli(seeds, out, endpoint), "--filtering", "none"], capture_output=True, timeout=600, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads(again.stdout)
+    assert "starting the Ray Data client stage" not in again.stderr and not CALLS
+    assert summary["plan"]["pending"] == 0 and summary["filtering"] == "none"
+    assert summary["dual_views"] + summary["rejected"] == guarded["dual_views"] + guarded["rejected"]
+    assert summary["outcomes"]["guard_verdicts"] == guarded["outcomes"]["guard_verdicts"]  # computed, not applied
+
+    sorted((out / "records").glob("part-*.parquet"))[-1].unlink()
+    last = subprocess.run([*cli(seeds, out, endpoint), "--filtering", "none"], capture_output=True, timeout=600, text=True)
+    assert last.returncode == 0 and "starting the Ray Data client stage" in last.stderr, last.stderr[-3000:]
+    assert 0 < json.loads(last.stdout)["plan"]["pending"] == len(CALLS)
