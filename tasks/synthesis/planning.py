@@ -314,9 +314,9 @@ def _planned(job: FirstPass, c: int, wanted: set[int] | None) -> Generator[pa.Ta
                     continue
                 n, send, refused = calls.get(raw.index, (0, [], []))
                 rows.valid(raw.index, seed, [r["cache_key"] for r in send], [r["cache_key"] for r in refused], calls=n)
-                if identity(seed) in seen:  # quarantined as duplicate_id once the plan is read
+                if (who := identity(seed)) in seen:  # quarantined as duplicate_id once the plan is read
                     continue
-                seen.add(identity(seed))
+                seen.add(who)
                 if staged:
                     staged.add([{**r, "locator": locator(c, raw.index)} for r in send])
                 too_long += refused
