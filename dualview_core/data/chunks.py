@@ -20,11 +20,13 @@ It does not know what a row should contain (see `seeds`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import numpy as np
+import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
@@ -110,31 +112,43 @@ def _row_group_chunks(file: str, group_rows: list[int], chunk_rows: int) -> list
     return chunks
 
 
-def read_chunk(fs: fsspec.AbstractFileSystem, chunk: Chunk, batch_rows: int) -> Iterator[list[RawRow]]:
-    """The chunk's rows in batches of at most `batch_rows`, numbered from 0 within the chunk."""
+def read_chunk(fs: fsspec.AbstractFileSystem, chunk: Chunk, batch_rows: int,
+               wanted: Collection[int] | None = None) -> Iterator[list[RawRow]]:
+    """The chunk's rows in batches of at most `batch_rows`, numbered from 0 within the chunk; with
+    `wanted` (row numbers), those rows only, the others skipped before they become Python objects
+    (a pass over a few chosen rows does not decode every row of the chunk). A batch may then be
+    empty."""
     reader = {"parquet": _parquet, "jsonl": _jsonl, "hf": _arrow_stream}[chunk.kind]
+    picked = None if wanted is None else np.unique(np.fromiter(wanted, dtype=np.int64, count=len(wanted)))
     index = 0
     for values in reader(fs, chunk, batch_rows):
+        n = len(values)
+        rows = range(n) if picked is None else \
+            (picked[np.searchsorted(picked, index):np.searchsorted(picked, index + n)] - index).tolist()
+        if isinstance(values, pa.RecordBatch):
+            values = (values if picked is None else values.take(pa.array(rows, pa.int64()))).to_pylist()
+        else:
+            values = [_decode_line(values[i]) for i in rows]
         batch = [RawRow(index + i, v.value, v.problem) if isinstance(v, RawRow) else RawRow(index + i, v)
-                 for i, v in enumerate(values)]
-        index += len(batch)
+                 for i, v in zip(rows, values)]
+        index += n
         yield batch
 
 
-def _parquet(fs, chunk: Chunk, batch_rows: int) -> Iterator[list]:
+def _parquet(fs, chunk: Chunk, batch_rows: int) -> Iterator[pa.RecordBatch]:
     with fs.open(chunk.file, "rb") as f:
-        for rb in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, row_groups=range(chunk.start, chunk.stop)):
-            yield rb.to_pylist()
+        yield from pq.ParquetFile(f).iter_batches(batch_size=batch_rows, row_groups=range(chunk.start, chunk.stop))
 
 
-def _arrow_stream(fs, chunk: Chunk, batch_rows: int) -> Iterator[list]:
+def _arrow_stream(fs, chunk: Chunk, batch_rows: int) -> Iterator[pa.RecordBatch]:
     with fs.open(chunk.file, "rb") as f:
         for rb in ipc.open_stream(f):
             for start in range(0, rb.num_rows, batch_rows):
-                yield rb.slice(start, batch_rows).to_pylist()
+                yield rb.slice(start, batch_rows)
 
 
-def _jsonl(fs, chunk: Chunk, batch_rows: int) -> Iterator[list]:
+def _jsonl(fs, chunk: Chunk, batch_rows: int) -> Iterator[list[bytes]]:
+    """The chunk's non-blank lines, undecoded (`read_chunk` decodes the ones it keeps)."""
     batch: list = []
     with fs.open(chunk.file, "rb") as f:
         at = 0
@@ -148,7 +162,7 @@ def _jsonl(fs, chunk: Chunk, batch_rows: int) -> Iterator[list]:
             at += len(line)
             if not line.strip():
                 continue  # blank lines are layout, not rows
-            batch.append(_decode_line(line))
+            batch.append(line)
             if len(batch) >= batch_rows:
                 yield batch
                 batch = []

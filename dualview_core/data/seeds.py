@@ -53,9 +53,9 @@ class Invalid(Exception):
 def _text(value: object, where: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise Invalid(Reason.WRONG_TYPE, f"{where} is {type(value).__name__}, expected string")
-    if "\ufffd" in value or _has_surrogate(value):
+    if not value.isascii() and ("\ufffd" in value or _has_surrogate(value)):  # ASCII holds neither
         raise Invalid(Reason.UNDECODABLE, f"{where} holds undecodable characters")
-    if not allow_empty and not value.strip():
+    if not allow_empty and (not value or value.isspace()):  # as `not value.strip()`, without a copy
         raise Invalid(Reason.EMPTY_TEXT, f"{where} is empty")
     return value
 

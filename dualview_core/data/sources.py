@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import fsspec
 import pyarrow as pa
@@ -82,10 +82,12 @@ def chunks(path: str, storage_options: dict | None = None, **sizes) -> tuple[fss
         raise SourceError(f"{path}: {unreachable(exc) or f'unreadable ({exc})'}") from exc
 
 
-def read_rows(fs: fsspec.AbstractFileSystem, chunk: Chunk, batch_rows: int) -> Iterator[list[RawRow]]:
-    """One chunk's rows (numbered within it), with unreadable bytes reported as a SourceError."""
+def read_rows(fs: fsspec.AbstractFileSystem, chunk: Chunk, batch_rows: int,
+              wanted: Collection[int] | None = None) -> Iterator[list[RawRow]]:
+    """One chunk's rows (numbered within it; its `wanted` ones only, when given), with unreadable
+    bytes reported as a SourceError."""
     try:
-        yield from read_chunk(fs, chunk, batch_rows)
+        yield from read_chunk(fs, chunk, batch_rows, wanted)
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"{chunk.file}: {unreachable(exc) or f'unreadable ({exc})'}") from exc
 

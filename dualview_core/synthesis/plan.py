@@ -12,7 +12,8 @@ cannot see each other's rows; this module decides, over all of them and exactly 
 - the limit: the first `limit` synthesis seeds in source order;
 - the validation report, the seed map (query_id, seed_key) in source order, the chunks' offsets;
 - the calls: staged keys of the seeds kept, keys recorded without the engine, the cached count, and
-  the locators of staged rows to leave out (duplicates, seeds beyond the limit).
+  the locators of staged rows to leave out (duplicates, seeds beyond the limit); per seed kept, its
+  calls and whether this run asks any of them (what may be kept of the last run's derived files).
 
 Memory: per source row a locator and an identity digest (22 bytes with the flags); per synthesis
 seed its two keys and its pending keys, as Arrow (~100 bytes). A chunk's rows come in source order,
@@ -49,6 +50,8 @@ class Plan:
     recorded: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))  # keys recorded without it
     cached: int = 0
     drop: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # staged locators to leave out
+    asked: np.ndarray = field(default_factory=lambda: np.empty(0, bool))  # per seed kept: any call staged or recorded
+    calls: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))  # per seed kept: its calls
 
     @property
     def pending(self) -> int:
@@ -163,6 +166,9 @@ def _with_calls(plan: Plan, seeds: pa.Table, keep: np.ndarray, seed_map: bool = 
     plan.staged = pc.list_flatten(chosen["staged"]).combine_chunks() if chosen.num_rows else pa.array([], pa.string())
     plan.recorded = pc.list_flatten(chosen["recorded"]).combine_chunks() if chosen.num_rows else pa.array([], pa.string())
     plan.cached = int(pc.sum(chosen["calls"]).as_py() or 0) - plan.pending
+    plan.calls = chosen["calls"].to_numpy().astype(np.int32) if chosen.num_rows else np.empty(0, np.int32)
+    plan.asked = (pc.add(pc.list_value_length(chosen["staged"]), pc.list_value_length(chosen["recorded"])).to_numpy() > 0
+                  if chosen.num_rows else np.empty(0, bool))
     left_out = seeds.filter(pc.invert(mask)).select(["locator", "staged"]) if not keep.all() else None
     if left_out is not None and left_out.num_rows:
         plan.drop = left_out.filter(pc.greater(pc.list_value_length(left_out["staged"]), 0))["locator"].to_numpy()

@@ -9,7 +9,9 @@ workers once; a worker reads the shards it needs, a few at a time). Then:
   (`records.under_policy`: a cached record may have been judged under another), with `verify` the
   verifier's verdicts; the chunk's dual-view rows and rejections written to OUT/.work/derived/;
   back to the driver, its outcome counts and first examples per reason. The driver writes dual_views.parquet and
-  rejections.parquet from the parts in source order (a row group at a time), and report.md.
+  rejections.parquet from the parts in source order (a row group at a time), and report.md. When the
+  last run's files hold most chosen seeds as they stand (tasks/synthesis/patching.py), only the
+  others are derived, and each file is their rows merged with the last run's kept ones.
 - `stage_questions` (with `verify`): the verification prompt of every accepted row without a verdict,
   staged in OUT/.work/verify/ for tasks/synthesis/verification.py's engine pass.
 
@@ -33,10 +35,12 @@ from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD, Rejected
 from dualview_core.method.dual_view import make_dual_view
 from dualview_core.storage.tables import TableWriter
 from dualview_core.storage.layout import DUAL_VIEWS, REJECTIONS, REPORT
+from dualview_core.data.chunks import locator
 from dualview_core.data.seeds import acyclic
 from dualview_core.synthesis.records import CostSummary, WorkItem, cache_key, seed_fields, guard_verdict, targets, under_policy
 from dualview_core.synthesis.report import EXAMPLES_PER_REASON, render_report, reply_lengths
 from tasks.progress import Progress
+from tasks.synthesis.patching import LOCATOR, Kept, Tally, located, patch
 from tasks.synthesis.planning import FirstPass, run_chunks, tool, validated
 from tasks.synthesis.record_store import WORK, RecordStore
 from tasks.synthesis.staging import StagedFiles, staged_schema
@@ -62,42 +66,50 @@ class Current:
     settled: object = None
 
 
-def current_records(cur: Current, c: int, wanted: set[int] | None) -> Iterator[tuple[list[WorkItem], list[dict]]]:
-    """(work items, their records with the seed columns) of chunk `c`'s chosen seeds, a batch at a time."""
+def current_records(cur: Current, c: int, wanted: set[int] | None) -> Iterator[tuple[list[WorkItem], list[dict], list[int]]]:
+    """(work items, their records with the seed columns, their seeds' locators) of chunk `c`'s chosen
+    seeds, a batch at a time."""
     import ray
 
     ask, index = cur.job.ask, tool("records", cur.records, lambda: ray.get(cur.records))
     for results in validated(cur.job, c, wanted):
         with acyclic():
+            chosen = [(locator(c, raw.index), seed) for raw, seed in results if not isinstance(seed, Rejected)]
+            at = [where for where, seed in chosen for _ in targets(seed, ask.cfg.per_negative)]
             items = [WorkItem(seed, t, cache_key(seed["seed_key"], t, ask.version, ask.model_id, ask.sampling))
-                     for _, seed in results if not isinstance(seed, Rejected) for t in targets(seed, ask.cfg.per_negative)]
+                     for _, seed in chosen for t in targets(seed, ask.cfg.per_negative)]
             found = index.fetch([i.cache_key for i in items])
             lost = [i.cache_key for i, rec in zip(items, found) if rec is None]
             if lost:
                 raise RuntimeError(f"{len(lost)} planned row(s) have no record under {cur.job.store.out}/records, e.g. {lost[0]}")
             policy, geometry = ask.cfg.filtering, ask.cfg.geometry_filter  # a cached record may be from another policy
             yield items, [{**rec, **seed_fields(i.seed), "guard": guard_verdict(rec),
-                           "rejection": under_policy(rec, policy, geometry)} for i, rec in zip(items, found)]
+                           "rejection": under_policy(rec, policy, geometry)} for i, rec in zip(items, found)], at
 
 
 def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
-    """Chunk `c`'s dual views and rejections, written as parts; its counts and examples returned."""
+    """Chunk `c`'s dual views and rejections, written as parts (each row with its seed's locator, for a
+    merge with the last run's rows: tasks/synthesis/patching.py); its counts and examples returned."""
     import ray
 
     store = cur.job.store
     verdicts = tool("verdicts", cur.verdicts, lambda: ray.get(cur.verdicts)) if cur.verdicts else None
     retry_before = verdicts.retry if verdicts else 0
     costs, outcomes, guards, lengths, examples = CostSummary(), Counter(), Counter(), Counter(), {}
-    views = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-views.parquet"), DUAL_VIEW_ROW, store.options)
-    rejections = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-rejections.parquet"), SYNTHESIS_RECORD, store.options)
+    views = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-views.parquet"), located(DUAL_VIEW_ROW), store.options)
+    rejections = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-rejections.parquet"), located(SYNTHESIS_RECORD),
+                             store.options)
     with views, rejections:
-        for items, records in current_records(cur, c, wanted):
+        for items, records, at in current_records(cur, c, wanted):
             if verdicts:
                 records = verdicts.apply(items, records, costs)
-            views.write(pa.Table.from_pylist([make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
-                                                             prompt_version=r["prompt_version"], model_id=r["model_id"])
-                                              for i, r in zip(items, records) if r["rejection"] is None], schema=DUAL_VIEW_ROW))
-            rejections.write(pa.Table.from_pylist([r for r in records if r["rejection"] is not None], schema=SYNTHESIS_RECORD))
+            views.write(pa.Table.from_pylist([{**make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
+                                                                prompt_version=r["prompt_version"], model_id=r["model_id"]),
+                                               LOCATOR: where}
+                                              for i, r, where in zip(items, records, at) if r["rejection"] is None],
+                                             schema=located(DUAL_VIEW_ROW)))
+            rejections.write(pa.Table.from_pylist([{**r, LOCATOR: where} for r, where in zip(records, at)
+                                                   if r["rejection"] is not None], schema=located(SYNTHESIS_RECORD)))
             guards.update(r["guard"] for r in records if r["guard"])
             lengths.update(r["completion_tokens"] for r in records if r["attempts"] and r["completion_tokens"] is not None)
             for r in records:
@@ -110,46 +122,55 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
     return pa.table({"chunk": [c], "summary": [json.dumps(summary)]})
 
 
-def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progress) -> dict:
-    """Dual views, rejections and report.md of the chosen `seeds` (locators); the outcome counts."""
+def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progress, kept: Kept | None = None) -> dict:
+    """Dual views, rejections and report.md of the chosen `seeds` (locators); the outcome counts.
+    With `kept` (tasks/synthesis/patching.py), only the seeds it does not keep are derived, and the
+    files are the last run's kept rows merged with theirs."""
     store, ask = cur.job.store, cur.job.ask
-    outcomes, guards, lengths, examples, retry, chunks = Counter(), Counter(), Counter(), {}, 0, []
-    for table in run_chunks(derive_chunk, cur, len(cur.job.chunks), seeds):
+    tally, examples, retry, chunks = Tally(), {}, 0, []
+    for table in run_chunks(derive_chunk, cur, len(cur.job.chunks), seeds if kept is None else kept.reuse.fresh):
         for c, text in zip(table["chunk"].to_pylist(), table["summary"].to_pylist()):
             summary = json.loads(text)
             chunks.append((c, summary))
     for _, summary in sorted(chunks, key=lambda x: x[0]):  # source order: the same examples as a sequential pass
-        outcomes.update(summary["outcomes"])
-        guards.update(summary["guards"])
-        lengths.update({int(n): count for n, count in summary["lengths"].items()})
+        tally.merge(summary)
         for reason, rows in summary["examples"].items():
             examples[reason] = (examples.get(reason, []) + rows)[:EXAMPLES_PER_REASON]
         costs.verify_checked += summary["verify_checked"]
         costs.verify_failed += summary["verify_failed"]
         retry += summary["verify_retry"]
     order = sorted(c for c, _ in chunks)
-    views = _merge(store, DUAL_VIEWS, DUAL_VIEW_ROW, [f"{c:06d}-views.parquet" for c in order])
-    _merge(store, REJECTIONS, SYNTHESIS_RECORD, [f"{c:06d}-rejections.parquet" for c in order])
+    parts = {DUAL_VIEWS: [f"{c:06d}-views.parquet" for c in order], REJECTIONS: [f"{c:06d}-rejections.parquet" for c in order]}
+    if kept is None:
+        views = _merge(store, DUAL_VIEWS, DUAL_VIEW_ROW, parts[DUAL_VIEWS])
+        _merge(store, REJECTIONS, SYNTHESIS_RECORD, parts[REJECTIONS])
+    else:
+        written, examples = patch(store, kept.reuse, parts, kept.fetch, ask)
+        views, tally = written[DUAL_VIEWS], kept.base.plus(tally)
+        progress(f"synthesis: the last run's rows of {len(kept.reuse.keys)} unchanged seeds kept, "
+                 f"{len(kept.reuse.fresh)} seeds derived")
+    outcomes = Counter(tally.outcomes)
     accepted = outcomes.pop("accepted", 0)
     counts = {"accepted": accepted, "rejected": sum(outcomes.values()), "by_reason": dict(sorted(outcomes.items())),
-              "filtering": ask.cfg.filtering, "guard_verdicts": dict(sorted(guards.items())),
-              "reply_tokens": reply_lengths(lengths, ask.cfg.sampling.max_tokens)}
+              "filtering": ask.cfg.filtering, "guard_verdicts": dict(sorted(tally.guards.items())),
+              "reply_tokens": reply_lengths(tally.lengths, ask.cfg.sampling.max_tokens)}
     sample = [r for reason in sorted(examples) for r in examples[reason]]
     report = store.write_text(REPORT, render_report(sample, counts, prompt_version=ask.version, model_id=ask.model_id,
                                                     prompt=ask.cfg.prompt))
     progress(f"synthesis: {views} dual views and {counts['rejected']} rejections written")
-    return {"dual_views": views, "rejected": counts["rejected"], "outcomes": counts, "report": report, "verify_retry": retry}
+    return {"dual_views": views, "rejected": counts["rejected"], "outcomes": counts, "report": report, "verify_retry": retry,
+            "tallies": tally.as_dict()}
 
 
 def _merge(store: RecordStore, name: str, schema: pa.Schema, parts: list[str]) -> int:
-    """OUT/<name> from the parts in OUT/.work/derived/, in the order given, a row group at a time;
-    written (empty) even when there is none. Returns its rows."""
+    """OUT/<name> from the parts in OUT/.work/derived/ (their rows' locators left out), in the order
+    given, a row group at a time; written (empty) even when there is none. Returns its rows."""
     with TableWriter(store.path(name), schema, store.options) as out:
         for part in parts:
             with store.fs.open(posixpath.join(store.work(DERIVED), part), "rb") as f:
                 parquet = pq.ParquetFile(f)
                 for group in range(parquet.num_row_groups):
-                    out.write(parquet.read_row_group(group))
+                    out.write(parquet.read_row_group(group, columns=schema.names))
     return out.rows
 
 
@@ -162,7 +183,7 @@ def question_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
     settled = tool("settled", cur.settled, lambda: ray.get(cur.settled))  # not to be asked again
     files = StagedFiles(store.fs, store.work(QUESTIONS), f"{c:06d}", cur.job.ask.batch_rows, staged_schema(QUESTION))
     accepted = sent = 0
-    for items, records in current_records(cur, c, wanted):
+    for items, records, _ in current_records(cur, c, wanted):
         asked = [(k, i, r) for k, i, r in zip(verifier.keys(items, records), items, records) if k is not None]
         accepted += len(asked)
         rows = [verifier.row(k, i, r) for (k, i, r), at in zip(asked, settled.lookup([k for k, _, _ in asked])) if at < 0]

@@ -17,7 +17,8 @@ one engine start for all of them). Then a last Ray Data job over the chosen seed
 view rows and the rejections as parts the driver joins in source order, and report.md
 (tasks/synthesis/deriving.py); the run is recorded in the manifest (its seed map in OUT/seed_map.parquet).
 When nothing changed since the last run (same seeds, same shards, same settings) the derived files stand as
-they are. The driver holds the plan (tens of bytes per seed row), one shard's summary and one row group of the
+they are; when few seeds changed, the job derives only those and the last run's rows of the others are kept
+(tasks/synthesis/patching.py). The driver holds the plan (tens of bytes per seed row), one shard's summary and one row group of the
 derived tables, never the data set. Killed at any moment, a re-run picks up exactly where the published shards
 end.
 """
@@ -45,6 +46,7 @@ from tasks.synthesis.planning import (STAGED, FirstPass, first_pass, plan_seeds,
 from tasks.progress import Progress, duration
 from tasks.synthesis.publishing import (COST_COLUMNS, PROGRESS_STEPS, Answered, Shelf, StagedRows, Streamed, published,
                                        shard_rows)
+from tasks.synthesis.patching import derive_settings
 from tasks.synthesis.record_store import RECORDS, RecordStore
 from tasks.synthesis.staging import staged_info
 
@@ -71,6 +73,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             return _unchanged_run(store, manifest, start, progress)
         run = uuid.uuid4().hex[:16]
         store.clear_work()  # a killed run's intermediate files
+        shards_before = _shards_digest(store)  # as the last run left them, unless a killed run published some
         try:
             model_path = _model_path(cfg, progress)
             costs = CostSummary()
@@ -85,6 +88,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
                     costs.started = time.perf_counter()  # first answers: from the engine's start, as when streamed
                     _call_engine(plan, ask, store, costs, progress, model_path, run)
             seed_map, validation, sent, chosen = plan.seed_map, plan.report, plan.pending, plan.seeds
+            asked, calls = plan.asked, plan.calls
             del plan  # its keys and locators: what follows needs the seed map and the chosen seeds
             pa.default_memory_pool().release_unused()
             seed_fingerprint = content_digest(unique_seeds(seed_map)["seed_key"])  # as a query_id -> key map
@@ -92,12 +96,14 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             previous = manifest.get("summary", {})
             if (not sent and _verdicts_final(cfg, previous) and previous.get("outputs_fingerprint") == outputs
                     and _derived_intact(store, previous)):
-                derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report", "outputs")
+                derived = {k: previous[k] for k in ("dual_views", "rejected", "outcomes", "report", "outputs", "tallies")
                            if k in previous} | {"verify_retry": 0}
                 progress(UNCHANGED)
             else:
                 _say_damage(store, previous, progress)
-                derived = _derive(job, chosen, store, ask, costs, progress)
+                keep = _keepable(store, cfg, ask, previous, shards_before)
+                derived = _derive(job, chosen, store, ask, costs, progress,
+                                  (seed_map["seed_key"], asked, calls, previous["tallies"]) if keep else None)
                 derived["outputs"] = _published(store)
                 if cfg.verify:  # its pass may have published verdict shards
                     outputs = _outputs_fingerprint(store, cfg, ask, seed_fingerprint)
@@ -118,6 +124,8 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
             "source_fingerprint": source,
             "outputs_fingerprint": outputs,
             "calls_fingerprint": _calls_fingerprint(store, cfg, ask, source),
+            "derive_settings": derive_settings(ask, cfg),
+            "shards_after": _shards_digest(store),
             "out": out,
         }
         store.write_manifest({"seed_map": store.write_seed_map(seed_map), "summary": summary})
@@ -318,18 +326,37 @@ def _published(store: RecordStore) -> dict:
     return {name: facts(store.fs, f"{store.root}/{name}") for name in DERIVED_FILES}
 
 
-def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, progress: Progress) -> dict:
+def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, progress: Progress,
+            keep: tuple | None = None) -> dict:
     """The dual views, rejections and report of the chosen seeds (tasks/synthesis/deriving.py). With `verify`, a
-    pass of its own first asks the verifier about every accepted row it has no verdict on."""
+    pass of its own first asks the verifier about every accepted row it has no verdict on. With `keep`
+    (the chosen seeds' keys, whether this run asked about each, their calls, and the last run's
+    tallies), what tasks/synthesis/patching.py finds unchanged in the last run's files is kept."""
     import ray
 
     from tasks.synthesis.deriving import Current, derive
+    from tasks.synthesis.patching import kept_rows
 
-    current = Current(job, ray.put(store.index(max_error_runs=1)))  # a key's first final record, else its latest failure
+    index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
+    current = Current(job, ray.put(index))
     if ask.cfg.verify:
         from tasks.synthesis.verification import Verdicts, Verifier, ask_missing
 
         verifier = Verifier.of(ask.cfg)
         ask_missing(current, chosen, verifier, costs, progress)
         current = Current(job, current.records, verifier, ray.put(Verdicts(verifier, store)))
-    return derive(current, chosen, costs, progress)
+    kept = kept_rows(store, keep[0], chosen, keep[1], keep[2], keep[3], index.fetch, ask) if keep else None
+    return derive(current, chosen, costs, progress, kept)
+
+
+def _keepable(store: RecordStore, cfg: SynthesisConfig, ask: Asking, previous: dict, shards_before: str) -> bool:
+    """Whether the last run's derived files may be kept in part: derived under the same settings
+    (without `verify`, whose verdicts this does not follow), with the record shards as it left them
+    when this run started, intact, and with its counts saved."""
+    return (not cfg.verify and "tallies" in previous and previous.get("derive_settings") == derive_settings(ask, cfg)
+            and previous.get("shards_after") == shards_before and _derived_intact(store, previous))
+
+
+def _shards_digest(store: RecordStore) -> str:
+    """The record shards present, by name (never rewritten): a killed run's shards change it."""
+    return digest(canonical_json(store.shard_names()))

@@ -250,9 +250,9 @@ def validated(job: FirstPass, c: int, wanted: set[int] | None):
     """Chunk `c`'s rows (its `wanted` ones only, when given), a batch at a time, as (raw row, SEED_ROW
     dict or Rejected) pairs."""
     fs = filesystem(job.seeds, job.seed_options)[0]
-    for batch in read_rows(fs, job.chunks[c], job.validation.batch_rows):
+    for batch in read_rows(fs, job.chunks[c], job.validation.batch_rows, wanted):
         with acyclic():
-            results = [(raw, validate(raw, job.validation)) for raw in batch if wanted is None or raw.index in wanted]
+            results = [(raw, validate(raw, job.validation)) for raw in batch]
         yield results
 
 

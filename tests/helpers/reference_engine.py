@@ -54,3 +54,28 @@ class EchoEngine:
     def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
         yield [result_row({"cache_key": row["cache_key"], "raw_response": self.prefix + row["messages"][-1]["content"],
                            "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "error": None}) for row in rows]
+
+
+class MixedEngine(ReferenceEngine):
+    """The reference engine with every outcome a report counts, decided by the cache key: a fifth of
+    the rows fail (an engine error), a fifth get a reply without the answer block, a fifth get the
+    reversal with a sentence a content guard flags, the rest the reversal; replies of varied lengths."""
+
+    def answers(self, rows: Iterable[dict]) -> Iterator[list[dict]]:
+        out = []
+        for row in rows:
+            kind = int(row["cache_key"][:8], 16) % 5
+            try:
+                raw, error = reference_answer(self.world, row["query_id"], row["target_doc_id"], row["query"]), None
+            except KeyError as e:  # a seed the world does not describe
+                raw, error, kind = None, f"mixed engine: the world has no {e.args[0]}", None
+            if kind == 0:
+                raw, error = None, "mixed engine: a failure"
+            elif kind == 1:
+                raw = "I cannot help with that."
+            elif kind == 2:
+                raw = raw.replace("<new_instruction>", "<new_instruction>Sure! Here is the new instruction: ")
+            out.append(result_row({"cache_key": row["cache_key"], "raw_response": raw, "prompt_tokens": 0,
+                                   "completion_tokens": int(row["cache_key"][8:12], 16) % 50, "latency_s": 0.0,
+                                   "error": error}))
+        yield out

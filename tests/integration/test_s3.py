@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -101,3 +102,16 @@ def test_synthesis_writes_its_cache_and_tables_to_s3_and_an_unchanged_rerun_stan
     assert again["plan"]["pending"] == 0 and again["plan"]["unchanged"] == 6 and again["dual_views"] == 6
     assert any("no change since the last run" in m for m in lines), lines
     assert not [p for p in fs.find(f"{name}/syn") if p.endswith(".tmp") or "/.work" in p]
+    # one seed edited: the others' rows kept from the bucket's files, as a full derive on disk writes them
+    rows = [json.loads(line) for line in Path(files["seeds"]).read_text().splitlines()]
+    edited = next(r for r in rows if r["has_instruction"] and r.get("new_negatives"))
+    edited["only_instruction"] += " Only recent passages count."
+    seeds = tmp_path / "edited.jsonl"
+    seeds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines.clear()
+    patched = run_synthesis(str(seeds), out, cfg, progress=lines.append, out_storage_options=s3_options)
+    assert any("unchanged seeds kept" in m for m in lines), lines
+    full = run_synthesis(str(seeds), str(tmp_path / "full"), cfg, progress=lambda _: None)
+    assert read_table(f"{out}/dual_views.parquet", DUAL_VIEW_ROW, s3_options) == \
+        read_table(str(tmp_path / "full" / "dual_views.parquet"), DUAL_VIEW_ROW)
+    assert patched["outcomes"] == full["outcomes"]

@@ -159,3 +159,27 @@ def test_parquet_chunks_are_whole_row_groups(tmp_path):
     assert ids == [f"q{i}" for i in range(10)]
     assert np.all(np.diff([locator(1, 0), locator(1, 5), locator(2, 0)]) > 0)
     assert pa.types.is_int64(pa.array([locator(2, 3)]).type)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf"])
+def test_a_chunk_read_for_some_rows_gives_exactly_those_rows_as_numbered_in_a_whole_read(tmp_path, fmt):
+    rows = messy_rows()
+    if fmt == "jsonl":
+        path, kind = write_jsonl(tmp_path / "s.jsonl", rows), "jsonl"
+    else:
+        table = pa.Table.from_pylist([r for r in rows if isinstance(r, dict)])
+        if fmt == "parquet":
+            path, kind = write_parquet(tmp_path / "s.parquet", table.to_pylist(), row_group_size=4), "parquet"
+        else:
+            path, kind = tmp_path / "s.arrow", "hf"
+            with pa.ipc.new_stream(str(path), table.schema) as w:
+                for batch in table.to_batches(max_chunksize=6):
+                    w.write_batch(batch)
+    fs = fsspec.filesystem("file")
+    chunks = cut(fs, kind, [str(path)], chunk_bytes=3_000, chunk_rows=9)
+    for c, chunk in enumerate(chunks):
+        whole = [r for b in read_chunk(fs, chunk, 5) for r in b]
+        for wanted in ([], [0], [r.index for r in whole][1::3], {len(whole) - 1, 0, 10_000}):
+            got = [r for b in read_chunk(fs, chunk, 5, wanted) for r in b]
+            assert got == [r for r in whole if r.index in set(wanted)], (c, wanted)
+    assert any(r.problem for chunk in chunks for b in read_chunk(fs, chunk, 5, range(100)) for r in b) == (fmt == "jsonl")
