@@ -339,13 +339,15 @@ def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, pr
 
     index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
     current = Current(job, ray.put(index))
+    fetch = index.fetch if keep else None  # the driver holds the index only to keep rows
+    del index
     if ask.cfg.verify:
         from tasks.synthesis.verification import Verdicts, Verifier, ask_missing
 
         verifier = Verifier.of(ask.cfg)
         ask_missing(current, chosen, verifier, costs, progress)
         current = Current(job, current.records, verifier, ray.put(Verdicts(verifier, store)))
-    kept = kept_rows(store, keep[0], chosen, keep[1], keep[2], keep[3], index.fetch, ask) if keep else None
+    kept = kept_rows(store, keep[0], chosen, keep[1], keep[2], keep[3], fetch, ask) if keep else None
     return derive(current, chosen, costs, progress, kept)
 
 
