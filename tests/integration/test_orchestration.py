@@ -293,18 +293,28 @@ def test_the_kubernetes_custom_run_form_needs_only_the_seeds_path(services, brow
     seeds.get_by_role("button", name="str", exact=True).first.click()
     seeds.locator("input[type=text], textarea").first.fill("s3://team/seeds/")
     page.screenshot(path=str(tmp_path / "prefect-custom-run.png"), full_page=True)
+    # the deployment's runs, filtered by the server: an unfiltered read is one page of every flow run
     runs = """
 import json, time
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 with get_client(sync_client=True) as c:
     deployment = c.read_deployment_by_name("pipeline/pipeline-k8s")
-    runs = [r for r in c.read_flow_runs() if r.deployment_id == deployment.id]
+    def of_deployment():
+        return c.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])))
+    runs = of_deployment()
 """
     before = json.loads(prefect_api(env, runs + "print(json.dumps([str(r.id) for r in runs]))"))
+    form = page.url
     page.get_by_role("button", name="Submit").click()
+    try:  # the UI leaves the form once the API has made the run
+        page.wait_for_url(lambda url: url != form, timeout=120_000)
+    except Exception:
+        page.screenshot(path=str(tmp_path / "prefect-custom-run-submitted.png"), full_page=True)
+        raise AssertionError("the form stayed open after Submit; it says:\n" + page.inner_text("body")[-3000:]) from None
     sent = json.loads(prefect_api(env, runs + f"""
     deadline = time.monotonic() + 60
-    while not (new := [r for r in c.read_flow_runs() if r.deployment_id == deployment.id and str(r.id) not in {before!r}]):
+    while not (new := [r for r in of_deployment() if str(r.id) not in {before!r}]):
         assert time.monotonic() < deadline, "the form made no flow run"
         time.sleep(0.5)
     [run] = new
