@@ -90,7 +90,7 @@ def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, sh
 
     def progress(line: str) -> None:
         lines.append((time.perf_counter() - start, line))
-        print(line, file=sys.stderr, flush=True)
+        print(f"{lines[-1][0]:8.1f} s  {line}", file=sys.stderr, flush=True)
 
     options = json.loads(storage_options) if storage_options else None
     summary = run_synthesis(seeds, out, cfg, progress=progress, out_storage_options=options)
@@ -106,7 +106,9 @@ def child(seeds: str, out: str, endpoint: str, concurrency: int, actors: int, sh
         "dual_views": summary["dual_views"], "rejected": summary["rejected"]}), flush=True)
 
 
-def run_child(seeds: str, out: str, endpoint: str, args, storage_options: dict | None = None) -> dict:
+def run_child(seeds: str, out: str, endpoint: str, args, storage_options: dict | None = None, log: Path | None = None) -> dict:
+    """One synthesis run in its own process; with `log`, its progress lines (seconds from its start)
+    are written there, to see where a run's time went."""
     cmd = [sys.executable, __file__, "--child", seeds, out, "--endpoint", endpoint, "--concurrency", str(args.concurrency),
            "--actors", str(args.actors), "--shard-rows", str(args.shard_rows)]
     if storage_options:
@@ -117,6 +119,8 @@ def run_child(seeds: str, out: str, endpoint: str, args, storage_options: dict |
     tree.start()
     stdout, stderr = proc.communicate()
     tree.done.set()
+    if log is not None:
+        log.write_text(stderr)
     if proc.returncode:
         raise SystemExit(f"child failed:\n{stderr[-3000:]}")
     line = next(x for x in stdout.splitlines() if x.startswith(RESULT))
@@ -179,7 +183,7 @@ def s3_rerun(seeds: str, out: str, endpoint: str, args, workdir: str) -> dict:
         fs.put(out, "bench/out", recursive=True)
         before = requests(log)
         os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")})
-        again = run_child(seeds, "s3://bench/out", endpoint, args, options)
+        again = run_child(seeds, "s3://bench/out", endpoint, args, options, Path(workdir) / f"{Path(seeds).stem}-s3.log")
         return {**again, "s3_requests": requests(log) - before}
     finally:
         moto.kill()
@@ -223,18 +227,20 @@ def main() -> None:
                 generate(seeds, int(rows * SOURCE_PER_ROW))
             shutil.rmtree(out, ignore_errors=True)
             bare = anchor(seeds, endpoint, min(rows, args.anchor_rows), args.concurrency)
-            first = run_child(seeds, out, endpoint, args)
-            again = run_child(seeds, out, endpoint, args)
+            logs = Path(workdir) / f"logs-{rows}"  # each run's progress, kept with --keep
+            logs.mkdir(exist_ok=True)
+            first = run_child(seeds, out, endpoint, args, log=logs / "first.log")
+            again = run_child(seeds, out, endpoint, args, log=logs / "unchanged.log")
             assert again["plan"]["pending"] == 0 and again["cost"]["engine_rows"] == 0, again
             remote = s3_rerun(seeds, out, endpoint, args, workdir) if args.s3 else None
             if remote:
                 assert remote["plan"]["pending"] == 0, remote
             copied, edited = seeds.replace(".parquet", "-rewritten.parquet"), seeds.replace(".parquet", "-edited.parquet")
             rewrite(seeds, copied, 0.0)
-            touched = run_child(copied, out, endpoint, args)
+            touched = run_child(copied, out, endpoint, args, log=logs / "rewritten.log")
             assert touched["plan"]["pending"] == 0, touched
             rewrite(seeds, edited, args.changed)
-            changed = run_child(edited, out, endpoint, args)
+            changed = run_child(edited, out, endpoint, args, log=logs / "edited.log")
             table.append((first["plan"]["pending"], bare, first, again, remote, touched, changed))
             print(json.dumps({"rows": rows, "bare": bare, "first": first, "again": again, "s3": remote,
                               "touched": touched, "changed": changed}), flush=True)

@@ -22,14 +22,12 @@ the counts, a few examples and a row group; a task holds a batch of seeds.
 from __future__ import annotations
 
 import json
-import posixpath
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD, Rejected
 from dualview_core.method.dual_view import make_dual_view
@@ -40,7 +38,7 @@ from dualview_core.data.seeds import acyclic
 from dualview_core.synthesis.records import CostSummary, WorkItem, cache_key, seed_fields, guard_verdict, targets, under_policy
 from dualview_core.synthesis.report import EXAMPLES_PER_REASON, render_report, reply_lengths
 from tasks.progress import Progress
-from tasks.synthesis.patching import LOCATOR, Kept, Tally, located, patch
+from tasks.synthesis.patching import DERIVED, LOCATOR, Kept, Tally, derived_parts, located, patch
 from tasks.synthesis.planning import FirstPass, run_chunks, tool, validated
 from tasks.synthesis.record_store import WORK, RecordStore
 from tasks.synthesis.staging import StagedFiles, staged_schema
@@ -49,7 +47,7 @@ from tasks.synthesis.staging import StagedFiles, staged_schema
 VERDICT_INFO = ("cache_key", "seed_key", "target_index", "instruction", "query_id", "query", "original_instruction")
 QUESTION = ("cache_key", "messages", "target_doc_id", *VERDICT_INFO[1:])
 
-DERIVED, QUESTIONS = "derived", "verify"
+QUESTIONS = "verify"  # OUT/.work/verify/: the staged verification prompts
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
     store = cur.job.store
     verdicts = tool("verdicts", cur.verdicts, lambda: ray.get(cur.verdicts)) if cur.verdicts else None
     retry_before = verdicts.retry if verdicts else 0
-    costs, outcomes, guards, lengths, examples = CostSummary(), Counter(), Counter(), Counter(), {}
+    costs, tally, examples = CostSummary(), Tally(), {}
     views = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-views.parquet"), located(DUAL_VIEW_ROW), store.options)
     rejections = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-rejections.parquet"), located(SYNTHESIS_RECORD),
                              store.options)
@@ -110,14 +108,12 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
                                              schema=located(DUAL_VIEW_ROW)))
             rejections.write(pa.Table.from_pylist([{**r, LOCATOR: where} for r, where in zip(records, at)
                                                    if r["rejection"] is not None], schema=located(SYNTHESIS_RECORD)))
-            guards.update(r["guard"] for r in records if r["guard"])
-            lengths.update(r["completion_tokens"] for r in records if r["attempts"] and r["completion_tokens"] is not None)
+            tally.add(records)
             for r in records:
                 reason = r["rejection"] or "accepted"
-                outcomes[reason] += 1
                 if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
                     examples[reason].append(r)
-    summary = {"outcomes": outcomes, "guards": guards, "lengths": lengths, "examples": examples, "verify_checked": costs.verify_checked,
+    summary = {**tally.as_dict(), "examples": examples, "verify_checked": costs.verify_checked,
                "verify_failed": costs.verify_failed, "verify_retry": verdicts.retry - retry_before if verdicts else 0}
     return pa.table({"chunk": [c], "summary": [json.dumps(summary)]})
 
@@ -166,11 +162,8 @@ def _merge(store: RecordStore, name: str, schema: pa.Schema, parts: list[str]) -
     """OUT/<name> from the parts in OUT/.work/derived/ (their rows' locators left out), in the order
     given, a row group at a time; written (empty) even when there is none. Returns its rows."""
     with TableWriter(store.path(name), schema, store.options) as out:
-        for part in parts:
-            with store.fs.open(posixpath.join(store.work(DERIVED), part), "rb") as f:
-                parquet = pq.ParquetFile(f)
-                for group in range(parquet.num_row_groups):
-                    out.write(parquet.read_row_group(group, columns=schema.names))
+        for table, _ in derived_parts(store, parts):
+            out.write(table)
     return out.rows
 
 

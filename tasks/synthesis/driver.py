@@ -29,6 +29,7 @@ import time
 import uuid
 from dataclasses import replace
 
+import numpy as np
 import pyarrow as pa
 
 from dualview_core.synthesis.cache_index import fixed_width, seed_diff, unique_seeds
@@ -42,7 +43,7 @@ from dualview_core.data.sources import source_fingerprint
 from dualview_core.synthesis.records import CostSummary
 from tasks.synthesis.judging import Asking, RecordStage
 from tasks.synthesis.planning import (STAGED, FirstPass, first_pass, plan_seeds, plan_stream, source_errors,
-                                      staged_anywhere, streamed_plan, streams)
+                                      streamed_plan, streams, unstaged)
 from tasks.progress import Progress, duration
 from tasks.synthesis.publishing import (COST_COLUMNS, PROGRESS_STEPS, Answered, Shelf, StagedRows, Streamed, published,
                                        shard_rows)
@@ -270,11 +271,12 @@ def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary,
                    "latency_s": None})
     if len(plan.recorded):
         progress(f"synthesis: {len(plan.recorded)} prompt(s) too long for the engine's context, rejected before sending")
-    sent, anywhere = Answered(plan.staged), Answered(staged_anywhere(job))
-    for keys in answered:
-        anywhere.mark(keys)  # an answer to a call no chunk staged is an error
-        sent.mark(keys, known_only=True)  # those of rows the plan left out are not the plan's
-    del answered, anywhere
+    sent = Answered(plan.staged)
+    # answers to calls of rows the plan left out are not the plan's; one to a call no chunk staged is an error
+    left_out = [sent.mark(keys, known_only=True) for keys in answered]
+    del answered
+    if len(stray := unstaged(store, np.concatenate(left_out) if left_out else np.empty(0, "S1"))):
+        raise RuntimeError(f"the engine answered a row that was not sent: {stray[0]!r}")
     _record_missing(sent, store, judging, run, costs, meter, tuple(store.work_files(STAGED)))
     return plan, job
 

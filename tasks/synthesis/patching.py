@@ -40,6 +40,7 @@ from dualview_core.synthesis.records import cache_key, guard_verdict
 from dualview_core.synthesis.report import EXAMPLES_PER_REASON
 from tasks.synthesis.record_store import RecordStore
 
+DERIVED = "derived"  # OUT/.work/derived/: the derive tasks' parts, one per chunk and file
 LOCATOR = "locator"  # a derived part's extra column: the row's seed, as a locator (dualview_core.data.chunks)
 MIN_KEPT = 0.5  # keep the last run's rows when at least this share of the chosen seeds is unchanged
 MAX_TARGET = 1 << 12  # an accepted row's target index is looked for below this (a seed's instruction negatives)
@@ -213,7 +214,7 @@ def patch(store: RecordStore, reuse: Reuse, parts: Mapping[str, list[str]], fetc
     for name, schema in ROW_COLUMNS.items():
         first: list[pa.Table] = []
         with TableWriter(store.path(name), schema, store.options) as out:
-            for table in merged(_kept(store, name, reuse), _parts(store, parts[name])):
+            for table in merged(_kept(store, name, reuse), derived_parts(store, parts[name])):
                 out.write(table)
                 first.append(_first_of_each(table, first))
         written[name] = out.rows
@@ -252,9 +253,11 @@ def _kept(store: RecordStore, name: str, reuse: Reuse) -> Iterator[tuple[pa.Tabl
             yield table.filter(pa.array(keep)), at[keep]
 
 
-def _parts(store: RecordStore, parts: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
+def derived_parts(store: RecordStore, parts: list[str]) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """The rows of the named parts in OUT/.work/derived/, in the order given, a row group at a time:
+    each group without its locator column, and the locators."""
     for part in parts:
-        with store.fs.open(posixpath.join(store.work("derived"), part), "rb") as f:
+        with store.fs.open(posixpath.join(store.work(DERIVED), part), "rb") as f:
             file = pq.ParquetFile(f)
             for group in range(file.num_row_groups):
                 table = file.read_row_group(group)

@@ -38,6 +38,7 @@ from dualview_core.data.chunks import Chunk, locator, split
 from dualview_core.config import ValidationConfig
 from dualview_core.contracts import PLAN_ROW, QUARANTINE, Rejected
 from dualview_core.storage.tables import TableWriter, quarantine_table
+from dualview_core.synthesis.cache_index import fixed_width
 from dualview_core.synthesis.plan import Plan, PlanBuilder, PlanRows, with_calls
 from dualview_core.method.prompting import render
 from dualview_core.data.seeds import acyclic, duplicate, identity, is_synthesis_seed, rejected, validate
@@ -165,13 +166,17 @@ def streamed_plan(job: FirstPass) -> Plan:
     return _finish(job, plan)
 
 
-def staged_anywhere(job: FirstPass) -> pa.Array:
-    """Every key a streaming first pass staged, for rows the plan kept or left out: what the engine
-    may have answered. Read again from the PLAN_ROW parts (their `staged` column only)."""
-    keys = [pc.list_flatten(_read(job.store, path, columns=["staged"])["staged"])
-            for path in job.store.work_files(PLANNED)]
-    return pa.concat_arrays([k.combine_chunks() if isinstance(k, pa.ChunkedArray) else k for k in keys]) if keys \
-        else pa.array([], pa.string())
+def unstaged(store: RecordStore, keys: np.ndarray) -> np.ndarray:
+    """Those of `keys` (fixed-width) that no chunk of a streaming first pass staged, for rows the plan
+    kept or left out: answers the engine cannot have been asked for. Each PLAN_ROW part is read
+    in turn (its `staged` column only), so the driver never holds every staged key at once."""
+    for path in store.work_files(PLANNED):
+        if not len(keys):
+            break
+        staged = pc.list_flatten(_read(store, path, columns=["staged"])["staged"])
+        if len(staged):
+            keys = keys[~np.isin(keys, fixed_width(staged))]
+    return keys
 
 
 def _finish(job: FirstPass, plan: Plan) -> Plan:

@@ -165,19 +165,20 @@ class Answered:
         self.keys = np.sort(fixed_width(keys))
         self.back = np.zeros(len(self.keys), dtype=bool)
 
-    def mark(self, keys: pa.Array | np.ndarray, known_only: bool = False) -> None:
+    def mark(self, keys: pa.Array | np.ndarray, known_only: bool = False) -> np.ndarray:
         """Note `keys` (an Arrow array, or fixed-width keys) as back; one not sent is an error, or
-        with `known_only` left out (a call sent for a row the plan then left out)."""
+        with `known_only` left out (a call sent for a row the plan then left out) and returned."""
         wanted = keys if isinstance(keys, np.ndarray) else fixed_width(keys)
         if not len(wanted) or not len(self.keys):
             if len(wanted) and not known_only:
                 raise RuntimeError(f"the engine answered a row that was not sent: {wanted[0]!r}")
-            return
+            return wanted
         at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
         found = self.keys[at] == wanted
         if not found.all() and not known_only:
             raise RuntimeError(f"the engine answered a row that was not sent: {wanted[~found][0]!r}")
         self.back[at[found]] = True
+        return wanted[~found]
 
     def missing(self) -> list[str]:
         return [k.decode() for k in self.keys[~self.back]]

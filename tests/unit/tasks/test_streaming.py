@@ -5,9 +5,11 @@ is an error unless the caller knows some were sent for rows the plan then left o
 from __future__ import annotations
 
 import doctest
+import os
 from types import SimpleNamespace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dualview_core.data import chunks
@@ -16,6 +18,7 @@ from dualview_core.synthesis.cache_index import fixed_width
 from tasks.synthesis import planning
 from tasks.synthesis.planning import FirstPass, stream_block_bytes, streams
 from tasks.synthesis.publishing import Answered
+from tasks.synthesis.record_store import RecordStore
 
 
 def job(limit: int | None, pieces: int = 2) -> FirstPass:
@@ -55,10 +58,22 @@ def test_answers_are_matched_to_the_calls_sent():
 
 def test_known_only_ignores_calls_sent_for_rows_the_plan_left_out():
     sent = Answered(pa.array(["k1", "k2"]))
-    sent.mark(fixed_width(pa.array(["k0", "k2", "k9"])), known_only=True)
+    assert sent.mark(fixed_width(pa.array(["k0", "k2", "k9"])), known_only=True).tolist() == [b"k0", b"k9"]
     assert sent.missing() == ["k1"]
     nothing = Answered(pa.array([], pa.string()))
-    nothing.mark(fixed_width(pa.array(["k5"])), known_only=True)
+    assert nothing.mark(fixed_width(pa.array(["k5"])), known_only=True).tolist() == [b"k5"]
     assert nothing.missing() == []
     with pytest.raises(RuntimeError, match="not sent"):
         nothing.mark(pa.array(["k5"]))
+
+
+def test_an_answer_is_unstaged_only_when_no_plan_part_staged_it(tmp_path):
+    store = RecordStore(str(tmp_path))
+    for c, staged in enumerate([[["k1", "k2"], None], [[], ["k3"]], [None]]):
+        part = pa.Table.from_pylist([{"staged": s} for s in staged], schema=pa.schema([("staged", pa.list_(pa.string()))]))
+        os.makedirs(store.work(planning.PLANNED), exist_ok=True)
+        pq.write_table(part, f"{store.work(planning.PLANNED)}/{c:06d}.parquet")
+    keys = fixed_width(pa.array(["k3", "k9", "k1", "k0"]))
+    assert planning.unstaged(store, keys).tolist() == [b"k9", b"k0"]
+    assert planning.unstaged(store, fixed_width(pa.array(["k2"]))).tolist() == []
+    assert planning.unstaged(RecordStore(str(tmp_path / "none")), keys).tolist() == keys.tolist()
