@@ -143,7 +143,7 @@ def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progre
     else:
         written, examples = patch(store, kept.reuse, parts, kept.fetch, ask)
         views, tally = written[DUAL_VIEWS], kept.base.plus(tally)
-        progress(f"synthesis: the last run's rows of {len(kept.reuse.keys)} unchanged seeds kept, "
+        progress(f"synthesis: the last run's rows of {kept.reuse.kept} unchanged seeds kept, "
                  f"{len(kept.reuse.fresh)} seeds derived")
     outcomes = Counter(tally.outcomes)
     accepted = outcomes.pop("accepted", 0)
