@@ -161,7 +161,7 @@ def anchor(seeds: str, endpoint: str, rows: int, concurrency: int) -> float:
     return len(bodies) / asyncio.run(bare_aiohttp(endpoint, bodies, concurrency))
 
 
-def s3_rerun(seeds: str, out: str, endpoint: str, args, workdir: str) -> dict:
+def s3_rerun(seeds: str, out: str, endpoint: str, args, workdir: str, logs: Path) -> dict:
     """The unchanged re-run against a copy of the output on a local moto server, with its request count."""
     import socket
 
@@ -183,7 +183,7 @@ def s3_rerun(seeds: str, out: str, endpoint: str, args, workdir: str) -> dict:
         fs.put(out, "bench/out", recursive=True)
         before = requests(log)
         os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")})
-        again = run_child(seeds, "s3://bench/out", endpoint, args, options, Path(workdir) / f"{Path(seeds).stem}-s3.log")
+        again = run_child(seeds, "s3://bench/out", endpoint, args, options, logs / "s3.log")
         return {**again, "s3_requests": requests(log) - before}
     finally:
         moto.kill()
@@ -232,7 +232,7 @@ def main() -> None:
             first = run_child(seeds, out, endpoint, args, log=logs / "first.log")
             again = run_child(seeds, out, endpoint, args, log=logs / "unchanged.log")
             assert again["plan"]["pending"] == 0 and again["cost"]["engine_rows"] == 0, again
-            remote = s3_rerun(seeds, out, endpoint, args, workdir) if args.s3 else None
+            remote = s3_rerun(seeds, out, endpoint, args, workdir, logs) if args.s3 else None
             if remote:
                 assert remote["plan"]["pending"] == 0, remote
             copied, edited = seeds.replace(".parquet", "-rewritten.parquet"), seeds.replace(".parquet", "-edited.parquet")
