@@ -99,12 +99,13 @@ class VLLMEngineConfig(ConfigModel):
     replicas: int = Field(1, ge=1, description="Engine replicas (data parallel). Each takes tensor_parallel_size GPUs.")
     batch_size: int = Field(
         8, gt=0, description="Rows per engine batch. Small, so that one long answer holds up few others: a batch "
-        "goes back to Ray Data only when its last row is done. On CPU, batches of 8 with 2 in flight answer as "
-        "fast as 4 with 4 (benchmarks/README.md, synthesis_overhead.py).",
+        "goes back to Ray Data only when its last row is done.",
     )
     max_concurrent_batches: int = Field(
-        2, gt=0, description="Batches in flight per replica. batch_size x this is what the engine can decode at "
-        "once; it must reach max_num_seqs, or the engine waits for rows while it has room.",
+        4, gt=0, description="Batches in flight per replica. batch_size x this must be at least twice max_num_seqs: "
+        "while some batches wait for their slowest rows, the others' rows keep the engine full; at exactly "
+        "max_num_seqs it decodes a few stragglers for long stretches (benchmarks/README.md, synthesis_overhead.py). "
+        "Ray's stage hands vLLM at most 1.1 x max_num_seqs of them at once; the rest wait in the stage.",
     )
     max_num_seqs: int | None = Field(
         16, gt=0, description="Sequences vLLM decodes together (its own default: None). CPU profile: 16; a 1 GiB KV cache "
@@ -127,12 +128,14 @@ class VLLMEngineConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _engine_can_be_fed(self) -> VLLMEngineConfig:
-        """Ray's guidance for its vLLM stage: small batches, enough of them in flight to fill the engine."""
-        in_flight = self.batch_size * self.max_concurrent_batches
-        if self.max_num_seqs is not None and in_flight < self.max_num_seqs:
+        """Ray's guidance for its vLLM stage: small batches, enough of them in flight to keep the engine
+        full while batches wait for their slowest rows."""
+        in_flight, wanted = self.batch_size * self.max_concurrent_batches, 2 * (self.max_num_seqs or 0)
+        if in_flight < wanted:
             raise ValueError(f"vllm: batch_size {self.batch_size} x max_concurrent_batches {self.max_concurrent_batches} "
-                             f"= {in_flight} rows in flight, but the engine decodes up to max_num_seqs {self.max_num_seqs} "
-                             f"at once: raise max_concurrent_batches to {-(-self.max_num_seqs // self.batch_size)}")
+                             f"= {in_flight} rows in flight, but an engine that decodes max_num_seqs {self.max_num_seqs} "
+                             f"at once needs {wanted} (twice that): raise max_concurrent_batches to "
+                             f"{-(-wanted // self.batch_size)}")
         return self
 
 

@@ -216,7 +216,7 @@ def _call_engine(plan: Plan, ask: Asking, store: RecordStore, costs: CostSummary
     staged = StagedRows(store.fs, tuple(store.work_files(STAGED)), plan.drop)
     sent, shelf = Answered(plan.staged), Shelf(store, RECORDS, run, shard_rows(cfg, len(plan.staged)))
     with waiting("synthesis", *start_wait(cfg), progress) as wait:
-        for n, summary in enumerate(published(cfg, model_path, staged, judging.columns, RecordStage, (judging,), shelf)):
+        for n, summary in enumerate(published(cfg, model_path, staged, judging.columns, RecordStage, (judging,), shelf, ask.prompted)):
             answered = account(summary, sent, costs)
             if n == 0:  # the rate counts from here: the engine answered these while it was starting
                 progress(f"synthesis: engine ready after {duration(wait.stop())}; {answered} answered")
@@ -255,7 +255,7 @@ def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary,
     answered: list = []  # the answered keys, fixed-width: which calls of the plan came back
     source = Streamed(lambda columns: plan_stream(job, columns))
     with source_errors(), waiting("synthesis", *start_wait(cfg), progress) as wait:
-        for n, summary in enumerate(published(cfg, model_path, source, judging.columns, RecordStage, (judging,), shelf)):
+        for n, summary in enumerate(published(cfg, model_path, source, judging.columns, RecordStage, (judging,), shelf, ask.prompted)):
             answered.append(fixed_width(summary["cache_key"]))
             back = account(summary, None, costs)
             if n == 0:

@@ -26,18 +26,21 @@ asked to continue and to echo the prefill (vLLM's server does both); its raw res
 as sent, so a server that answers from scratch instead is never credited with the prefill, and the
 parser reads only what lies inside the answer tags either way.
 
-Before the engine, `prompt_counter` counts each row's prompt with the engine's own tokenizer and chat
+Before the engine, `prompt_sizer` counts each row's prompt with the engine's own tokenizer and chat
 template (tasks/synthesis/planning.py), so a row whose prompt + max_tokens exceeds the context is rejected
 without a call: vLLM uses the model's tokenizer and `max_model_len`; an endpoint is checked only when
 its config names a `context_length` and a `tokenizer` (otherwise the server's refusal is recorded as
-prompt_too_long). Rows an engine still fails on come back as error rows; `result_row` gives each one
-every result column.
+prompt_too_long). For vLLM that pass already holds each prompt's text with the chat template applied,
+so it stages the text (`prompt`, see `templated`) and the engine reads it as it is: no chat-template
+stage in Ray's processor, each prompt templated once however many rows a run has. Rows an engine
+still fails on come back as error rows; `result_row` gives each one every result column.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from dualview_core.config.base import redact
@@ -106,11 +109,25 @@ def result_row(row: dict) -> dict:
     return {name: out[name] for name in ENGINE_RESULT.names}  # contracts.ENGINE_RESULT owns the columns
 
 
-PromptCounter = Callable[[list[dict]], int]
+@dataclass(frozen=True)
+class PromptSizer:
+    """The engine's view of a prompt: `text(messages)` is what it decodes from (its chat template
+    applied as Ray's chat-template stage applies it: a final assistant message is continued),
+    `tokens(text)` its length in the engine's tokens, `context` the most tokens a call may hold."""
+
+    text: Callable[[list[dict]], str]
+    tokens: Callable[[str], int]
+    context: int
 
 
-def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[PromptCounter, int] | None:
-    """(messages -> prompt tokens, context length) for the configured engine, or None when unknown."""
+def templated(cfg: SynthesisConfig) -> bool:
+    """Whether a run's planning pass stages each prompt's templated text for the engine (`prompt`
+    instead of `messages`): vLLM, when prompts are counted (the text is a by-product of counting)."""
+    return cfg.engine == "vllm" and cfg.count_prompt_tokens
+
+
+def prompt_sizer(cfg: SynthesisConfig, model_path: str | None) -> PromptSizer | None:
+    """How the configured engine sees a prompt, or None when its tokenizer or context is unknown."""
     if cfg.engine == "plugin" or not cfg.count_prompt_tokens:
         return None  # no known tokenizer or context; or the engine's own refusal is what counts
     if cfg.engine == "vllm":
@@ -126,20 +143,21 @@ def prompt_counter(cfg: SynthesisConfig, model_path: str | None) -> tuple[Prompt
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     sampling = cfg.sampling
 
-    def count(messages: list[dict]) -> int:
-        # as Ray's chat-template and tokenize stages do it: continue a final assistant message
+    def text(messages: list[dict]) -> str:
         full = with_prefill(list(messages), sampling)
         generation = full[-1]["role"] == "user"
-        prompt = tokenizer.apply_chat_template(full, tokenize=False, add_generation_prompt=generation,
-                                               continue_final_message=not generation)
-        return len(tokenizer(prompt)["input_ids"])
+        return tokenizer.apply_chat_template(full, tokenize=False, add_generation_prompt=generation,
+                                             continue_final_message=not generation)
 
-    return count, context
+    return PromptSizer(text, lambda prompt: len(tokenizer(prompt)["input_ids"]), context)
 
 
 class VLLMEngine(RayDataEngine):
-    def __init__(self, vllm: VLLMEngineConfig, sampling: SamplingConfig, model_path: str):
-        self.vllm, self.sampling, self.model_path = vllm, sampling, model_path
+    """`prompted`: the rows carry their templated `prompt` (`templated`), else their `messages`,
+    which Ray's chat-template stage renders."""
+
+    def __init__(self, vllm: VLLMEngineConfig, sampling: SamplingConfig, model_path: str, prompted: bool = False):
+        self.vllm, self.sampling, self.model_path, self.prompted = vllm, sampling, model_path, prompted
 
     def _processor_config(self):
         from ray.data.llm import vLLMEngineProcessorConfig
@@ -162,6 +180,8 @@ class VLLMEngine(RayDataEngine):
         else:
             engine_kwargs["gpu_memory_utilization"] = v.gpu_memory_utilization
             extra = {"accelerator_type": None}
+        if self.prompted:  # the text is templated already: one stage (an actor pool) fewer
+            extra["chat_template_stage"] = False
         return vLLMEngineProcessorConfig(
             model_source=self.model_path, engine_kwargs=engine_kwargs, batch_size=v.batch_size,
             concurrency=v.replicas, max_concurrent_batches=v.max_concurrent_batches,
@@ -177,11 +197,11 @@ class VLLMEngine(RayDataEngine):
         params = sampling.engine_params()
         prefill = sampling.prefill
         small = {"num_cpus": HELPER_CPUS} if self.vllm.cpu else {}
-        carry = list(carry)
+        carry, prompted = list(carry), self.prompted
 
         def pre(row: dict) -> dict:  # the processor's stages keep the carried columns; a failed row keeps all
-            return {"cache_key": row["cache_key"], "messages": with_prefill(list(row["messages"]), sampling),
-                    "sampling_params": params, **{k: row[k] for k in carry}}
+            ask = {"prompt": row["prompt"]} if prompted else {"messages": with_prefill(list(row["messages"]), sampling)}
+            return {"cache_key": row["cache_key"], **ask, "sampling_params": params, **{k: row[k] for k in carry}}
 
         def post(row: dict) -> dict:
             error = row.get("__inference_error__") or None
@@ -232,11 +252,12 @@ def plugin_engine(plugin: PluginEngineConfig) -> InProcessEngine:
     return getattr(importlib.import_module(module), name)(**plugin.options)
 
 
-def make_engine(cfg: SynthesisConfig, model_path: str | None = None) -> RayDataEngine | InProcessEngine:
+def make_engine(cfg: SynthesisConfig, model_path: str | None = None, prompted: bool = False) -> RayDataEngine | InProcessEngine:
     """The engine `cfg.engine` names, built from its own sub-config and the sampling config only
-    (`sampling` is the pass's: a verification pass hands in `verify_sampling` as `cfg.sampling`)."""
+    (`sampling` is the pass's: a verification pass hands in `verify_sampling` as `cfg.sampling`).
+    `prompted`: the rows carry a templated `prompt` (vLLM only, see `templated`)."""
     if cfg.engine == "vllm":
-        return VLLMEngine(cfg.vllm, cfg.sampling, model_path or cfg.vllm.model)
+        return VLLMEngine(cfg.vllm, cfg.sampling, model_path or cfg.vllm.model, prompted)
     if cfg.engine == "openai":
         return OpenAIEngine(cfg.openai, cfg.sampling)
     return plugin_engine(cfg.plugin)

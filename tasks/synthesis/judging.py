@@ -71,15 +71,29 @@ class Asking(Prompted):
                        cfg.geometry_encoder if cfg.geometry_filter else None)
 
     @property
+    def prompted(self) -> bool:
+        """Whether the engine reads each row's templated `prompt` rather than its `messages`."""
+        from tasks.synthesis.engines import templated
+
+        return templated(self.cfg)
+
+    @property
     def staged_columns(self) -> list[str]:
         """A staged row's columns: the engine's input, and what the record of its answer needs."""
-        return [*ENGINE_INPUT, *(c for c in self.judging.columns if c not in ENGINE_INPUT)]
+        wanted = engine_input(self.prompted)
+        return [*wanted, *(c for c in self.judging.columns if c not in wanted)]
 
     @property
     def batch_rows(self) -> int:
         from tasks.synthesis.engines import batch_rows
 
         return batch_rows(self.cfg)
+
+
+def engine_input(prompted: bool) -> tuple[str, ...]:
+    """What an engine reads of a staged row: ENGINE_INPUT, with the templated `prompt` in place of the
+    `messages` when the planning pass rendered it (tasks.synthesis.engines.templated)."""
+    return tuple("prompt" if c == "messages" and prompted else c for c in ENGINE_INPUT)
 
 
 def engine_row(seed: Mapping, target_index: int, key: str, messages: list[dict], geometry: bool) -> dict:

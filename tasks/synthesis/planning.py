@@ -353,21 +353,24 @@ def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int
         return out
     import ray
 
-    from tasks.synthesis.engines import prompt_counter
+    from tasks.synthesis.engines import prompt_sizer
 
     found = tool("index", job.index, lambda: ray.get(job.index)).lookup([k for *_, k in keyed])
     if (found >= 0).all():  # all cached: no prompt to render or count (no tokenizer loaded)
         return out
-    counter = tool("counter", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_counter(ask.cfg, job.model_path))
+    sizer = tool("sizer", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_sizer(ask.cfg, job.model_path))
+    prompted = ask.prompted
     for (row, seed, t, key), at in zip(keyed, found):
         if at >= 0:
             continue
         staged = engine_row(seed, t, key, render(seed, t, ask.template, ask.cfg.prompt), ask.geometry)
         error = None
-        if counter is not None:
-            count, context = counter
-            tokens = count(staged["messages"])
-            error = prompt_too_long(tokens, ask.cfg.sampling.max_tokens, context)
+        if sizer is not None:
+            text = sizer.text(staged["messages"])
+            tokens = sizer.tokens(text)
+            error = prompt_too_long(tokens, ask.cfg.sampling.max_tokens, sizer.context)
+            if prompted:
+                staged["prompt"] = text
         if error:
             out[row][2].append({**{k: staged[k] for k in ask.judging.columns}, "raw_response": None,
                                 "prompt_tokens": tokens, "attempts": 0, "error": error})

@@ -33,7 +33,7 @@ from dualview_core.synthesis.cache_index import fixed_width
 from dualview_core.config import SynthesisConfig
 from dualview_core.contracts import SYNTHESIS_RECORD
 from tasks.synthesis.engines import HELPER_CPUS, RayDataEngine, make_engine, result_row
-from tasks.synthesis.judging import ENGINE_INPUT
+from tasks.synthesis.judging import engine_input
 from tasks.synthesis.record_store import RecordStore
 
 COST_COLUMNS = ["cache_key", "rejection", "attempts", "prompt_tokens", "completion_tokens", "latency_s"]
@@ -108,12 +108,14 @@ def _summary(records: pa.Table, shard: str) -> pa.Table:
 
 
 def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows | Streamed, columns: list[str], judge: type,
-              args: tuple, shelf: Shelf) -> Iterator[pa.Table]:
+              args: tuple, shelf: Shelf, prompted: bool = False) -> Iterator[pa.Table]:
     """The summaries of the shards published as the engine answers the staged rows, or the rows a
-    `Streamed` source gives as it makes them (see the module)."""
-    engine = make_engine(cfg, model_path)
-    carry = [c for c in columns if c not in ("cache_key", "messages")]
-    wanted = [*ENGINE_INPUT, *(c for c in carry if c not in ENGINE_INPUT)]
+    `Streamed` source gives as it makes them (see the module). `prompted`: the rows carry their
+    templated `prompt` instead of their `messages` (tasks.synthesis.engines.templated)."""
+    engine = make_engine(cfg, model_path, prompted)
+    given = engine_input(prompted)
+    carry = [c for c in columns if c not in ("cache_key", "messages", "prompt")]
+    wanted = [*given, *(c for c in carry if c not in given)]
     if isinstance(engine, RayDataEngine):
         from ray.data import ActorPoolStrategy
 

@@ -49,7 +49,7 @@ def test_synthesis_estimate_by_hand():
 
 
 def test_rows_in_flight_is_what_production_keeps_per_replica():
-    assert cluster.rows_in_flight(CFG) == 16 * 32 == CFG.synthesis.vllm.max_num_seqs
+    assert cluster.rows_in_flight(CFG) == 16 * 64 == 2 * CFG.synthesis.vllm.max_num_seqs
 
 
 def _estimate(answer_tokens: int, replicas: int) -> cluster.SynthesisEstimate:
@@ -82,8 +82,10 @@ def test_the_runbook_quotes_what_the_code_computes():
 def test_a_vllm_setting_that_cannot_fill_its_engine_is_refused():
     from dualview_core.config import VLLMEngineConfig
 
-    for v in (VLLMEngineConfig(), CFG.synthesis.vllm):  # both profiles fill their engines exactly
-        assert v.batch_size * v.max_concurrent_batches == v.max_num_seqs
-    with pytest.raises(ValueError, match="raise max_concurrent_batches to 8"):
+    for v in (VLLMEngineConfig(), CFG.synthesis.vllm):  # both profiles keep twice what the engine decodes
+        assert v.batch_size * v.max_concurrent_batches == 2 * v.max_num_seqs
+    with pytest.raises(ValueError, match="raise max_concurrent_batches to 16"):
         VLLMEngineConfig(batch_size=2, max_concurrent_batches=4, max_num_seqs=16)
+    with pytest.raises(ValueError, match="needs 32"):  # exactly max_num_seqs in flight is not enough
+        VLLMEngineConfig(batch_size=8, max_concurrent_batches=2, max_num_seqs=16)
     assert VLLMEngineConfig(batch_size=2, max_concurrent_batches=4, max_num_seqs=None).max_num_seqs is None  # vLLM's own

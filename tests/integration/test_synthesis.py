@@ -203,3 +203,36 @@ def test_a_parquet_source_without_row_groups_is_an_empty_run(tmp_path):
     assert summary["synthesis_seeds"] == 0 and summary["plan"]["pending"] == 0 and summary["cost"]["engine_rows"] == 0
     assert pq.read_table(tmp_path / "out" / "dual_views.parquet").num_rows == 0
     assert pq.read_table(tmp_path / "out" / "quarantine.parquet").num_rows == 0
+
+
+@pytest.mark.parametrize("prompt", ["compact", "paper"])  # a prefill the engine continues; a fresh reply
+def test_the_staged_prompt_is_the_text_rays_chat_template_stage_would_make(prompt):
+    """vLLM reads the prompt the planning pass templated, and Ray's chat-template stage is left out of
+    its processor: the text must be the one that stage would have made from the messages."""
+    import asyncio
+
+    from ray.llm._internal.batch.stages.chat_template_stage import ChatTemplateUDF
+
+    from dualview_core.config import VLLMEngineConfig
+    from dualview_core.config.synthesis import prompt_sampling
+    from dualview_core.method.prompting import template_named, with_prefill
+    from tasks.synthesis.engines import prompt_sizer, templated
+    from tasks.synthesis.llm_models import resolve_llm
+
+    cfg = SynthesisConfig(prompt=prompt, sampling=prompt_sampling(prompt), vllm=VLLMEngineConfig(max_model_len=4096),
+                          model_cache_dir=str(MODEL_CACHE))
+    assert templated(cfg) and not templated(cfg.model_copy(update={"count_prompt_tokens": False}))
+    model = resolve_llm(cfg.vllm.model, cfg.model_cache_dir)
+    messages = [{"role": "system", "content": template_named(prompt)},
+                {"role": "user", "content": "QUERY: soil pH for blueberries\nINSTRUCTION: Only peer-reviewed studies."}]
+    stage = ChatTemplateUDF("__data", ["messages"], model=model)
+
+    async def through_the_stage() -> str:
+        [out] = [batch async for batch in stage({"__data": [{"messages": with_prefill(messages, cfg.sampling)}]})]
+        return out["__data"][0]["prompt"]
+
+    sizer = prompt_sizer(cfg, model)
+    text = sizer.text(messages)
+    assert text == asyncio.run(through_the_stage())
+    assert text.endswith(cfg.sampling.prefill) if cfg.sampling.prefill else text.rstrip().endswith("assistant")
+    assert sizer.tokens(text) > 300 and sizer.context == cfg.vllm.max_model_len
