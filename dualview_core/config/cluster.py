@@ -139,7 +139,8 @@ class ClusterConfig(ConfigModel):
         "~160 GB of weights again (minutes).",
     )
     cpu_workers_max: int = Field(
-        8, ge=0, description="Autoscaling ceiling of the CPU group (Ray Data's read, chat-template and tokenize stages).",
+        8, ge=0, description="Autoscaling ceiling of the CPU group (Ray Data's read and tokenize stages; a "
+        "chat-template stage for the verification pass).",
     )
     idle_timeout_s: int = Field(
         600, ge=0, description="Seconds a Ray worker pod may idle before the autoscaler removes it. Shorter saves "

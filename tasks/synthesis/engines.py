@@ -172,7 +172,8 @@ class VLLMEngine(RayDataEngine):
         if v.cpu:
             env["VLLM_CPU_KVCACHE_SPACE"] = str(v.kv_cache_gib)
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"  # vLLM keeps a core idle for its front end by default
-            # The engine asks Ray for one CPU and no GPU; the chat-template stage takes a tenth of a CPU.
+            # The engine asks Ray for one CPU and no GPU; the chat-template stage, where there is one
+            # (rows not `prompted`: verification, counting off), a tenth of a CPU.
             # vLLM tokenizes and detokenizes itself: separate Ray stages for that pay off on GPU nodes,
             # but on a laptop each is one more process importing vLLM before the first answer.
             extra = {"placement_group_config": {"bundles": [{"CPU": 1}]},

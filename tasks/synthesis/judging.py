@@ -97,7 +97,8 @@ def engine_input(prompted: bool) -> tuple[str, ...]:
 
 
 def engine_row(seed: Mapping, target_index: int, key: str, messages: list[dict], geometry: bool) -> dict:
-    """A staged row for one call: the rendered `messages`, which seed and which instruction negative
+    """A staged row for one call: the rendered `messages` (the planning pass may add their templated
+    `prompt`, tasks.synthesis.engines.templated), which seed and which instruction negative
     N* it is about (what an engine may read besides the messages: LLM engines ignore it, the reference
     engine answers from it), and what the record of its answer needs (INFO, TARGET with `geometry`)."""
     target = seed["instruction_negatives"][target_index]

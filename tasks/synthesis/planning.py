@@ -360,6 +360,8 @@ def _calls(job: FirstPass, seeds: list[tuple[int, dict]]) -> dict[int, tuple[int
         return out
     sizer = tool("sizer", (ask.cfg.model_dump_json(), job.model_path), lambda: prompt_sizer(ask.cfg, job.model_path))
     prompted = ask.prompted
+    if prompted and sizer is None:  # the engine would get rows without a prompt, each one failing
+        raise RuntimeError(f"engine {ask.cfg.engine!r} reads templated prompts, but no tokenizer was found to template them")
     for (row, seed, t, key), at in zip(keyed, found):
         if at >= 0:
             continue

@@ -3,9 +3,10 @@ pass writes and an engine then reads, wherever its workers run.
 
 The first pass's tasks (tasks/synthesis/planning.py) each stage their chunk's calls, and the verification pass
 stages its questions (tasks/synthesis/verification.py): files of about `STAGE_ROWS` rows, in row groups of one
-engine batch, holding the rendered messages, what a record of each row needs, and where the row came
-from (`locator`, when it came from the seed source). Then one engine reads every file (one engine
-start for the whole pass; a Ray Data engine reads a row group per task, tasks/synthesis/staged_source.py).
+engine batch, holding the rendered messages (or, for vLLM, their templated text: `prompt`), what a
+record of each row needs, and where the row came from (`locator`, when it came from the seed source).
+Then one engine reads every file (one engine start for the whole pass; a Ray Data engine reads a row
+group per task, tasks/synthesis/staged_source.py).
 `staged_info` reads a few rows back by cache key, for the rare row an engine never returned.
 """
 
