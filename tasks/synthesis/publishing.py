@@ -126,7 +126,7 @@ def published(cfg: SynthesisConfig, model_path: str | None, staged: StagedRows |
         ds = engine.transform(staged.dataset(wanted) if isinstance(staged, Streamed) else read_staged(staged, wanted), carry)
         ds = ds.map_batches(Publish, fn_constructor_args=(judge, args, shelf), batch_size=shelf.rows, batch_format="pyarrow",
                             compute=ActorPoolStrategy(min_size=1, max_size=PUBLISHERS), num_cpus=HELPER_CPUS)
-        summaries = ds.iter_batches(batch_size=None, batch_format="pyarrow")
+        summaries = as_made(ds)
     else:
         rows = _streamed_rows(staged, wanted) if isinstance(staged, Streamed) else staged_rows(staged, wanted)
         summaries = _here(engine, Publish(judge, args, shelf), rows, shelf.rows)
@@ -188,8 +188,15 @@ class Answered:
 
 def _streamed_rows(staged: Streamed, columns: list[str]) -> Iterator[list[dict]]:
     """A streamed source's rows, a block at a time, for an engine in this process."""
-    for table in staged.dataset(columns).iter_batches(batch_size=None, batch_format="pyarrow"):
+    for table in as_made(staged.dataset(columns)):
         yield table.to_pylist()
+
+
+def as_made(ds) -> Iterator[pa.Table]:
+    """A Ray Dataset's blocks as Arrow tables, each handed over as soon as it is made. Ray's default
+    (one batch prefetched) hands a block over only once the next one exists: the driver, which
+    follows the shards by their summaries, would run a shard behind the published records."""
+    return ds.iter_batches(batch_size=None, batch_format="pyarrow", prefetch_batches=0)
 
 
 def staged_rows(staged: StagedRows, columns: list[str]) -> Iterator[list[dict]]:
