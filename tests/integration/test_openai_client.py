@@ -223,7 +223,7 @@ def test_the_accepted_set_is_the_same_whether_the_server_continues_the_prefill_o
     # every engine the run builds counted: verification starts its engine once, for all the rows
     built = []
     make_engine = tasks.synthesis.publishing.make_engine
-    monkeypatch.setattr(tasks.synthesis.publishing, "make_engine", lambda cfg, path=None: built.append(cfg.sampling) or make_engine(cfg, path))
+    monkeypatch.setattr(tasks.synthesis.publishing, "make_engine", lambda cfg, path=None, prompted=False: built.append(cfg.sampling) or make_engine(cfg, path, prompted))
     seeds, kinds = thirty_seeds(tmp_path)
     results, started = {}, []
     try:
