@@ -2,7 +2,9 @@
 
 Built from two columns of the record shards (cache_key, rejection), in shard order, with the rule of
 `synthesis.final_records`: a key is answered by its first final record, or, when it failed
-transiently in `max_error_runs` runs and never succeeded, by its last failure. The index holds the
+transiently in `max_error_runs` runs and never succeeded, by its last failure. Runs, not failure
+records, are counted: one run can leave two failures of a key (two seeds of the same content in
+different chunks are both sent), and that is one try of the engine, not two. The index holds the
 answered keys sorted, as fixed-width bytes, with each one's position (the record's ordinal over all
 shards), so a lookup is a binary search and a million keys take tens of megabytes, not gigabytes.
 
@@ -13,6 +15,7 @@ Also owns the seed-map diff of a run (new, changed, removed, unchanged seeds) ov
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 
 import numpy as np
 import pyarrow as pa
@@ -47,22 +50,55 @@ class KeyIndex:
         return bool(self.lookup([key])[0] >= 0)
 
 
-def build_index(columns: Iterable[pa.Table], max_error_runs: int) -> KeyIndex:
-    """The index of record tables holding at least `cache_key` and `rejection`, given in shard order.
-    Sorted in NumPy, on fixed-width keys: Arrow's hash aggregation needs well over twice the memory
-    on the way (benchmarks/README.md, synthesis_scale.py)."""
-    tables = [t.select(["cache_key", "rejection"]) for t in columns if t.num_rows]
-    if not tables:
+def build_index(columns: Iterable[pa.Table], max_error_runs: int, runs: Iterable[str | None] | None = None) -> KeyIndex:
+    """The index of record tables holding at least `cache_key` and `rejection`, given in shard order,
+    with the run that wrote each (`runs`, one per table; None where unknown: each of that table's
+    failures then counts as a run of its own). Sorted in NumPy, on fixed-width keys: Arrow's hash
+    aggregation needs well over twice the memory on the way (benchmarks/README.md, synthesis_scale.py)."""
+    tagged = [(t.select(["cache_key", "rejection"]), run)
+              for t, run in zip(columns, runs if runs is not None else repeat(None)) if t.num_rows]
+    if not tagged:
         return KeyIndex(np.array([], dtype="S1"), np.array([], dtype=np.int64))
-    keys = np.concatenate([fixed_width(t["cache_key"]) for t in tables])
+    keys = np.concatenate([fixed_width(t["cache_key"]) for t, _ in tagged])
     transient = np.concatenate([pc.fill_null(pc.equal(t["rejection"], Rejection.ENGINE_ERROR.value), False)
-                                .to_numpy(zero_copy_only=False) for t in tables])
+                                .to_numpy(zero_copy_only=False) for t, _ in tagged])
     positions = np.arange(len(keys), dtype=np.int64)
     final_keys, final_at, _, _ = _groups(keys[~transient], positions[~transient])
-    failed_keys, _, failed_last, failed_runs = _groups(keys[transient], positions[transient])
+    failed_keys, _, failed_last, _ = _groups(keys[transient], positions[transient])
+    failed_runs = _runs_per_key(keys[transient], _run_codes(tagged)[transient])
     given_up = (failed_runs >= max_error_runs) & ~np.isin(failed_keys, final_keys)
     return KeyIndex(np.concatenate([final_keys, failed_keys[given_up]]),
                     np.concatenate([final_at, failed_last[given_up]]))
+
+
+def _run_codes(tagged: list[tuple[pa.Table, str | None]]) -> np.ndarray:
+    """A number for each record's run: the same for records of one known run, a distinct negative
+    one for every record whose run is unknown."""
+    codes: dict[str, int] = {}
+    out, at = [], 0
+    for table, run in tagged:
+        n = table.num_rows
+        if run is None:
+            out.append(-1 - np.arange(at, at + n, dtype=np.int64))
+        else:
+            out.append(np.full(n, codes.setdefault(run, len(codes)), dtype=np.int64))
+        at += n
+    return np.concatenate(out)
+
+
+def _runs_per_key(keys: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """For each distinct key (sorted, as `_groups` gives them), how many distinct runs it occurs in.
+
+        >>> _runs_per_key(np.array([b"b", b"a", b"b", b"b"]), np.array([1, 2, 1, 3])).tolist()
+        [1, 2]
+    """
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((runs, keys))
+    keys, runs = keys[order], runs[order]
+    new_key = np.r_[True, keys[1:] != keys[:-1]]
+    new_pair = new_key | np.r_[True, runs[1:] != runs[:-1]]
+    return np.add.reduceat(new_pair.astype(np.int64), np.flatnonzero(new_key))
 
 
 def _groups(keys: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -2,6 +2,7 @@
 
     OUT/records/part-*.parquet   SynthesisRecords, written one shard at a time, each published by
                                  rename, so a killed run leaves whole shards only. They are the cache.
+                                 Named part-<run>-<digest of run and keys>.parquet.
                                  Version-1 shards (no seed columns) are read as version 2.
     OUT/verifications/part-*.parquet   the verification pass's answers (SynthesisRecords), same rules
     OUT/dual_views.parquet       DualViewRows for the current seeds (derived; rewritten every run)
@@ -30,6 +31,7 @@ import fcntl
 import json
 import os
 import posixpath
+import re
 import socket
 import time
 import uuid
@@ -52,6 +54,21 @@ RECORDS, VERIFICATIONS, WORK, SEED_MAP_FILE = "records", "verifications", ".work
 INDEX_COLUMNS = ["cache_key", "rejection"]
 SHARDS_IN_MEMORY = 16  # whole shards (a few MB each) kept while fetching records: a batch of one chunk's
 # seeds finds its records in a few shards, filled by several publishing actors in no strict order
+
+
+_RUN = re.compile(r"[0-9a-f]{16}")  # a run's id (tasks/synthesis/driver.py)
+_SHARD = re.compile(r"part-(?P<run>[0-9a-f]{16})-[0-9a-f]{32}\.parquet")
+
+
+def shard_run(name: str) -> str | None:
+    """The run that wrote shard `name`, or None for a shard named without it (written before runs
+    were named in shards, or by hand).
+
+        >>> shard_run("part-0123456789abcdef-" + "0" * 32 + ".parquet"), shard_run("part-" + "0" * 32 + ".parquet")
+        ('0123456789abcdef', None)
+    """
+    match = _SHARD.fullmatch(name)
+    return match["run"] if match else None
 
 
 class ShardIndex:
@@ -131,7 +148,8 @@ class RecordStore:
         """Which keys are answered and by which record, reading only the index columns of each shard."""
         shards = self._shards(folder)
         tables = [self.read_shard(s, INDEX_COLUMNS) for s in shards]
-        index = ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs))
+        runs = [shard_run(posixpath.basename(s)) for s in shards]
+        index = ShardIndex(self, shards, [t.num_rows for t in tables], build_index(tables, max_error_runs, runs))
         del tables
         pa.default_memory_pool().release_unused()  # building's temporaries: Arrow's allocator keeps them otherwise
         return index
@@ -139,10 +157,12 @@ class RecordStore:
     def write_shard(self, rows: list[dict] | pa.Table, folder: str = RECORDS, run: str = "") -> str:
         """Publish one shard atomically (written under a temporary name, then renamed). Its name comes
         from the run and the keys it holds, so a task that is run again (Ray retries a task whose node
-        died) replaces its own shard instead of adding a second copy of the rows."""
+        died) replaces its own shard instead of adding a second copy of the rows; the run is also
+        spelled out in it (`shard_run`), so the cache index counts the runs a call failed in."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=SYNTHESIS_RECORD)
         keys = sorted(table["cache_key"].to_pylist())
-        name = f"part-{digest(canonical_json([run, keys]))}.parquet"
+        content = digest(canonical_json([run, keys]))
+        name = f"part-{run}-{content}.parquet" if _RUN.fullmatch(run) else f"part-{content}.parquet"
         write_table(self.path(f"{folder}/{name}"), table, SYNTHESIS_RECORD, self.options)
         return name
 

@@ -55,18 +55,19 @@ def is_final(rec: Mapping) -> bool:
 
 def final_records(records: Iterable[Mapping], max_error_runs: int) -> dict[str, Mapping]:
     """cache_key -> the record that answers it: the first final one, or, for a key that failed
-    transiently in `max_error_runs` runs (one record each) and never succeeded, its last failure."""
+    transiently in `max_error_runs` runs and never succeeded, its last failure. A record's run is
+    its `run` (failures of one run count once); a record without one is a run of its own."""
     out: dict[str, Mapping] = {}
-    failures: Counter = Counter()
+    failed_in: dict[str, set] = {}
     last_failure: dict[str, Mapping] = {}
-    for rec in records:
+    for n, rec in enumerate(records):
         if is_final(rec):
             out.setdefault(rec["cache_key"], rec)
         else:
-            failures[rec["cache_key"]] += 1
+            failed_in.setdefault(rec["cache_key"], set()).add(rec.get("run") or ("record", n))
             last_failure[rec["cache_key"]] = rec
-    for key, n in failures.items():
-        if key not in out and n >= max_error_runs:
+    for key, runs in failed_in.items():
+        if key not in out and len(runs) >= max_error_runs:
             out[key] = last_failure[key]
     return out
 

@@ -40,6 +40,29 @@ def test_the_index_agrees_with_final_records():
         assert got == expected, runs
 
 
+def test_failures_are_counted_in_runs_not_records():
+    twice = [shard([("a", ERR), ("b", ERR)]), shard([("a", ERR)])]  # one run failed a in two shards
+    assert build_index(twice, 2, runs=["r1", "r1"]).lookup(["a"]).tolist() == [-1]  # one run: asked again
+    assert build_index(twice + [shard([("a", ERR)])], 2, runs=["r1", "r1", "r2"]).lookup(["a"]).tolist() == [3]
+    assert build_index(twice, 2, runs=["r1", "r2"]).lookup(["a"]).tolist() == [2]
+    assert build_index(twice, 2, runs=[None, None]).lookup(["a"]).tolist() == [2]  # unknown: a run a record
+    assert build_index([shard([("a", ERR), ("a", ERR)])], 2, runs=[None]).lookup(["a"]).tolist() == [1]
+
+
+def test_the_index_agrees_with_final_records_over_runs():
+    tagged = [(shard([("a", ERR), ("b", None), ("c", ERR)]), "r1"), (shard([("c", ERR), ("d", ERR)]), "r1"),
+              (shard([("a", ERR), ("c", ERR)]), None), (shard([("d", ERR), ("a", ERR)]), "r2"),
+              (shard([("d", "off_topic")]), "r3")]
+    rows = [{"cache_key": k, "rejection": r, "run": run, "n": n}
+            for n, (k, r, run) in enumerate((k, r, run) for t, run in tagged
+                                            for k, r in zip(t["cache_key"].to_pylist(), t["rejection"].to_pylist()))]
+    keys = sorted({r["cache_key"] for r in rows})
+    for runs in (1, 2, 3, 4):
+        index = build_index([t for t, _ in tagged], runs, runs=[run for _, run in tagged])
+        got = {k: int(p) for k, p in zip(keys, index.lookup(keys)) if p >= 0}
+        assert got == {k: rec["n"] for k, rec in final_records(rows, runs).items()}, runs
+
+
 def test_an_empty_cache_answers_nothing_and_a_longer_key_never_matches_a_prefix():
     assert build_index([], 3).lookup(["a"]).tolist() == [-1]
     index = build_index([shard([("abc", None)])], 1)

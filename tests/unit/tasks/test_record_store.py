@@ -25,6 +25,22 @@ def test_index_and_fetch_find_each_keys_record_and_skip_a_pending_failure(tmp_pa
     assert store.index(max_error_runs=1).fetch(["a"])[0]["raw_response"] == "second try"  # a final record wins
 
 
+def test_a_shard_names_its_run_and_the_index_counts_the_runs_a_call_failed_in(tmp_path):
+    import doctest
+
+    from tasks.synthesis import record_store
+    from tasks.synthesis.record_store import shard_run
+
+    assert doctest.testmod(record_store).failed == 0
+    store = RecordStore(str(tmp_path))
+    first = [store.write_shard([rec("a", "engine_error", "timeout 1"), rec("b")], run="0123456789abcdef"),
+             store.write_shard([rec("a", "engine_error", "timeout 2")], run="0123456789abcdef")]
+    assert [shard_run(name) for name in first] == ["0123456789abcdef"] * 2 and first[0] != first[1]
+    assert "a" not in store.index(max_error_runs=2)  # two failures, one run: asked again
+    store.write_shard([rec("a", "engine_error", "timeout 3")], run="fedcba9876543210")
+    assert store.index(max_error_runs=2).fetch(["a"])[0]["raw_response"].startswith("timeout")
+
+
 def test_previous_seed_map_reads_the_parquet_map_and_an_older_inline_one(tmp_path):
     import pyarrow as pa
 
