@@ -1,8 +1,9 @@
 """The last passes of a synthesis run, as Ray Data jobs over the chosen seeds' chunks: what the
 current seeds' records say, written where a person and the trainer read it.
 
-Each task reads the chosen seeds of one chunk (the plan's locators), validates them again (the rows
-are not kept between passes), and fetches each call's record from the cache (the index goes to the
+Each task reads the chosen seeds of one chunk (the plan's locators): from the copies the first pass
+kept of the seeds it asked about, when they hold them all (tasks/synthesis/seed_copies.py: a run
+that changed few seeds), else from the source, validated again. It fetches each call's record from the cache (the index goes to the
 workers once; a worker reads the shards it needs, a few at a time). Then:
 
 - `derive` (every run that changed something): the run's filtering policy applied to every record
@@ -41,6 +42,7 @@ from tasks.progress import Progress
 from tasks.synthesis.patching import DERIVED, LOCATOR, Kept, Tally, derived_parts, located, patch
 from tasks.synthesis.planning import FirstPass, run_chunks, tool, validated
 from tasks.synthesis.record_store import WORK, RecordStore
+from tasks.synthesis.seed_copies import copied
 from tasks.synthesis.staging import StagedFiles, staged_schema
 
 # a verification question as staged: the prompt, and what its verdict's record needs (VERDICT_INFO)
@@ -64,13 +66,21 @@ class Current:
     settled: object = None
 
 
-def current_records(cur: Current, c: int, wanted: set[int] | None) -> Iterator[tuple[list[WorkItem], list[dict], list[int]]]:
+def seed_batches(cur: Current, c: int, wanted: set[int] | None) -> tuple[Iterator, bool]:
+    """Chunk `c`'s chosen seeds as (raw row, seed) batches: from the first pass's copies when they
+    hold them all (tasks/synthesis/seed_copies.py), else read and validated again from the source;
+    and whether they came from the copies."""
+    batches = copied(cur.job.store, c, wanted, cur.job.validation.batch_rows)
+    return (batches, True) if batches is not None else (validated(cur.job, c, wanted), False)
+
+
+def current_records(cur: Current, c: int, batches: Iterator) -> Iterator[tuple[list[WorkItem], list[dict], list[int]]]:
     """(work items, their records with the seed columns, their seeds' locators) of chunk `c`'s chosen
-    seeds, a batch at a time."""
+    seeds (`seed_batches`), a batch at a time."""
     import ray
 
     ask, index = cur.job.ask, tool("records", cur.records, lambda: ray.get(cur.records))
-    for results in validated(cur.job, c, wanted):
+    for results in batches:
         with acyclic():
             chosen = [(locator(c, raw.index), seed) for raw, seed in results if not isinstance(seed, Rejected)]
             at = [where for where, seed in chosen for _ in targets(seed, ask.cfg.per_negative)]
@@ -97,8 +107,9 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
     views = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-views.parquet"), located(DUAL_VIEW_ROW), store.options)
     rejections = TableWriter(store.path(f"{WORK}/{DERIVED}/{c:06d}-rejections.parquet"), located(SYNTHESIS_RECORD),
                              store.options)
+    batches, from_copies = seed_batches(cur, c, wanted)
     with views, rejections:
-        for items, records, at in current_records(cur, c, wanted):
+        for items, records, at in current_records(cur, c, batches):
             if verdicts:
                 records = verdicts.apply(items, records, costs)
             views.write(pa.Table.from_pylist([{**make_dual_view(i.seed, r["instruction"], target_index=r["target_index"],
@@ -114,7 +125,8 @@ def derive_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
                 if len(examples.setdefault(reason, [])) < EXAMPLES_PER_REASON:
                     examples[reason].append(r)
     summary = {**tally.as_dict(), "examples": examples, "verify_checked": costs.verify_checked,
-               "verify_failed": costs.verify_failed, "verify_retry": verdicts.retry - retry_before if verdicts else 0}
+               "verify_failed": costs.verify_failed, "verify_retry": verdicts.retry - retry_before if verdicts else 0,
+               "from_copies": from_copies}
     return pa.table({"chunk": [c], "summary": [json.dumps(summary)]})
 
 
@@ -143,8 +155,10 @@ def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progre
     else:
         written, examples = patch(store, kept.reuse, parts, kept.fetch, ask)
         views, tally = written[DUAL_VIEWS], kept.base.plus(tally)
+        copies = sum(summary["from_copies"] for _, summary in chunks)
         progress(f"synthesis: the last run's rows of {kept.reuse.kept} unchanged seeds kept, "
-                 f"{len(kept.reuse.fresh)} seeds derived")
+                 f"{len(kept.reuse.fresh)} seeds derived (read from the first pass's copies in {copies} of "
+                 f"{len(chunks)} chunks)")
     outcomes = Counter(tally.outcomes)
     accepted = outcomes.pop("accepted", 0)
     counts = {"accepted": accepted, "rejected": sum(outcomes.values()), "by_reason": dict(sorted(outcomes.items())),
@@ -176,7 +190,7 @@ def question_chunk(cur: Current, c: int, wanted: set[int] | None) -> pa.Table:
     settled = tool("settled", cur.settled, lambda: ray.get(cur.settled))  # not to be asked again
     files = StagedFiles(store.fs, store.work(QUESTIONS), f"{c:06d}", cur.job.ask.batch_rows, staged_schema(QUESTION))
     accepted = sent = 0
-    for items, records, _ in current_records(cur, c, wanted):
+    for items, records, _ in current_records(cur, c, seed_batches(cur, c, wanted)[0]):
         asked = [(k, i, r) for k, i, r in zip(verifier.keys(items, records), items, records) if k is not None]
         accepted += len(asked)
         rows = [verifier.row(k, i, r) for (k, i, r), at in zip(asked, settled.lookup([k for k, _, _ in asked])) if at < 0]

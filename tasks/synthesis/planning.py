@@ -3,7 +3,8 @@ validated, keyed and checked against the cache index by a Ray Data task, in para
 cluster has CPUs; the same task renders the calls not yet cached, counts their prompt tokens, and
 stages them for the engine in OUT/.work/staged/ (a row too long for the engine's context is recorded
 as rejected there and then, in a shard of its own). Rows that fail validation go to
-OUT/.work/quarantine/. The driver gets back one PLAN_ROW per source row and decides what only the
+OUT/.work/quarantine/; a chunk that asks about few of its seeds keeps copies of them for the
+derive pass (tasks/synthesis/seed_copies.py). The driver gets back one PLAN_ROW per source row and decides what only the
 whole source decides (dualview_core/synthesis/plan.py): duplicates, the limit, the seed map, the report; then
 it writes OUT/quarantine.parquet from the chunks' parts, in source order.
 
@@ -47,6 +48,7 @@ from dualview_core.storage.filesystems import filesystem, is_remote
 from dualview_core.synthesis.records import cache_key, prompt_too_long, targets
 from tasks.synthesis.judging import Asking, RecordStage, engine_row
 from tasks.synthesis.record_store import WORK, RecordStore
+from tasks.synthesis.seed_copies import SeedCopies
 from tasks.synthesis.staging import StagedFiles, staged_schema
 from tasks.progress import Progress
 
@@ -304,6 +306,7 @@ def _planned(job: FirstPass, c: int, wanted: set[int] | None) -> Generator[pa.Ta
     staged = StagedFiles(job.store.fs, job.store.work(STAGED), f"{c:06d}", ask.batch_rows,
                          staged_schema([*ask.staged_columns, "locator"]), keep=job.stream) if job.stage else None
     too_long: list[dict] = []
+    copies = SeedCopies() if job.stage and not job.duplicates else None  # for the derive pass
     seen: set[str] = set()  # this chunk's valid identities: a repeat is the plan's duplicate, never sent
     for results in validated(job, c, wanted):
         with acyclic():  # Python rows: see dualview_core.data.seeds.acyclic
@@ -322,6 +325,8 @@ def _planned(job: FirstPass, c: int, wanted: set[int] | None) -> Generator[pa.Ta
                 if (who := identity(seed)) in seen:  # quarantined as duplicate_id once the plan is read
                     continue
                 seen.add(who)
+                if copies is not None and (send or refused):
+                    copies.add(raw.index, seed)
                 if staged:
                     staged.add([{**r, "locator": locator(c, raw.index)} for r in send])
                 too_long += refused
@@ -336,6 +341,8 @@ def _planned(job: FirstPass, c: int, wanted: set[int] | None) -> Generator[pa.Ta
             w.write(quarantine_table(bad, job.seeds))
     if too_long:  # rejected before the engine: recorded here, in a shard of their own
         job.store.write_shard(RecordStage(ask.judging)(too_long), run=job.run)
+    if copies is not None:
+        copies.write(job.store, c)
     return rows.table()
 
 

@@ -98,7 +98,8 @@ def test_a_few_changed_seeds_keep_the_rest_and_write_what_a_full_derive_writes(f
     kept = [line for line in lines if KEPT in line]
     assert kept and summary["plan"]["changed"] == 2 and summary["plan"]["new"] == 1 and summary["plan"]["removed"] == 1
     seeds = summary["synthesis_seeds"]
-    assert kept[0].startswith(f"synthesis: the last run's rows of {seeds - 3} unchanged seeds kept, 3 seeds derived")
+    assert kept[0] == f"synthesis: the last run's rows of {seeds - 3} unchanged seeds kept, 3 seeds derived " \
+        "(read from the first pass's copies in 1 of 1 chunks)"  # the full derive read them from the source
     # and once more on that output: nothing changed, nothing derived
     root, _, cfg, _ = first
     again, lines = run(root / "case-0.jsonl", root / "case-0" / "patched", cfg)
