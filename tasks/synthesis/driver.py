@@ -26,7 +26,6 @@ end.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import replace
 
 import numpy as np
@@ -48,7 +47,7 @@ from tasks.progress import Progress, duration
 from tasks.synthesis.publishing import (COST_COLUMNS, PROGRESS_STEPS, Answered, Shelf, StagedRows, Streamed, published,
                                        shard_rows)
 from tasks.synthesis.patching import derive_settings
-from tasks.synthesis.record_store import RECORDS, RecordStore
+from tasks.synthesis.record_store import RECORDS, RecordStore, new_run
 from tasks.synthesis.staging import staged_info
 
 PROGRESS_EVERY_S = 10.0  # at most one progress line this often (and always the last)
@@ -72,7 +71,7 @@ def run_synthesis(seeds_path: str, out: str, cfg: SynthesisConfig, storage_optio
         manifest = store.manifest()
         if _as_left(store, cfg, ask, manifest.get("summary", {}), source):
             return _unchanged_run(store, manifest, start, progress)
-        run = uuid.uuid4().hex[:16]
+        run = new_run()
         store.clear_work()  # a killed run's intermediate files
         shards_before = _shards_digest(store)  # as the last run left them, unless a killed run published some
         try:
@@ -339,7 +338,7 @@ def _derive(job, chosen, store: RecordStore, ask: Asking, costs: CostSummary, pr
     from tasks.synthesis.deriving import Current, derive
     from tasks.synthesis.patching import kept_rows
 
-    index = store.index(max_error_runs=1)  # a key's first final record, else its latest failure
+    index = store.index(max_error_runs=1)  # a key's first final record, else its failure in the shard that sorts last
     current = Current(job, ray.put(index))
     fetch = index.fetch if keep else None  # the driver holds the index only to keep rows
     del index

@@ -56,8 +56,13 @@ SHARDS_IN_MEMORY = 16  # whole shards (a few MB each) kept while fetching record
 # seeds finds its records in a few shards, filled by several publishing actors in no strict order
 
 
-_RUN = re.compile(r"[0-9a-f]{16}")  # a run's id (tasks/synthesis/driver.py)
+_RUN = re.compile(r"[0-9a-f]{16}")  # a run's id (`new_run`)
 _SHARD = re.compile(r"part-(?P<run>[0-9a-f]{16})-[0-9a-f]{32}\.parquet")
+
+
+def new_run() -> str:
+    """A new run's id, as shard names carry it (`shard_run`)."""
+    return uuid.uuid4().hex[:16]
 
 
 def shard_run(name: str) -> str | None:

@@ -18,7 +18,6 @@ in the run's CostSummary.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
@@ -35,7 +34,7 @@ from tasks.progress import Progress
 from tasks.synthesis.deriving import VERDICT_INFO, stage_questions
 from tasks.synthesis.judging import Prompted
 from tasks.synthesis.publishing import Answered, Shelf, StagedRows, published, shard_rows
-from tasks.synthesis.record_store import VERIFICATIONS, RecordStore
+from tasks.synthesis.record_store import VERIFICATIONS, RecordStore, new_run
 from tasks.synthesis.staging import staged_info
 
 
@@ -93,7 +92,7 @@ def _ask(paths: tuple[str, ...], verifier: Verifier, store: RecordStore, costs: 
     model_path = resolve_llm(cfg.vllm.model, cfg.model_cache_dir) if cfg.engine == "vllm" else None
     keys = pa.concat_arrays([pq.read_table(store.fs.open(p, "rb"), columns=["cache_key"])["cache_key"].combine_chunks()
                              for p in paths])
-    sent, run = Answered(keys), uuid.uuid4().hex[:16]
+    sent, run = Answered(keys), new_run()
     shelf = Shelf(store, VERIFICATIONS, run, shard_rows(pass_cfg, len(keys)))
 
     def account(summary: pa.Table) -> int:
@@ -136,7 +135,7 @@ class Verdicts:
 
     def __init__(self, verifier: Verifier, store: RecordStore):
         self.verifier, self.retry = verifier, 0  # retry: verdicts that failed transiently and are asked again next run
-        self.index = store.index(max_error_runs=1, folder=VERIFICATIONS)  # a key's first final verdict, else its latest failure
+        self.index = store.index(max_error_runs=1, folder=VERIFICATIONS)  # a key's first final verdict, else its failure in the shard that sorts last
         self.settled = store.index(verifier.cfg.max_error_runs, folder=VERIFICATIONS)  # what `ask_missing` will not ask again
 
     def apply(self, items: list[WorkItem], records: list[dict], costs: CostSummary) -> list[dict]:

@@ -29,10 +29,12 @@ def test_a_shard_names_its_run_and_the_index_counts_the_runs_a_call_failed_in(tm
     import doctest
 
     from tasks.synthesis import record_store
-    from tasks.synthesis.record_store import shard_run
+    from tasks.synthesis.record_store import new_run, shard_run
 
     assert doctest.testmod(record_store).failed == 0
     store = RecordStore(str(tmp_path))
+    run = new_run()  # what a run names its shards with
+    assert shard_run(store.write_shard([rec("z")], run=run)) == run != new_run()
     first = [store.write_shard([rec("a", "engine_error", "timeout 1"), rec("b")], run="0123456789abcdef"),
              store.write_shard([rec("a", "engine_error", "timeout 2")], run="0123456789abcdef")]
     assert [shard_run(name) for name in first] == ["0123456789abcdef"] * 2 and first[0] != first[1]
