@@ -3,8 +3,8 @@
 Built from two columns of the record shards (cache_key, rejection), in shard order, with the rule of
 `synthesis.final_records`: a key is answered by its first final record, or, when it failed
 transiently in `max_error_runs` runs and never succeeded, by its last failure. Runs, not failure
-records, are counted: one run can leave two failures of a key (two seeds of the same content in
-different chunks are both sent), and that is one try of the engine, not two. The index holds the
+records, are counted: one run can leave two failures of a key (a streamed run sends a seed whose id
+and content repeat a row of an earlier chunk), and that is one try of the engine, not two. The index holds the
 answered keys sorted, as fixed-width bytes, with each one's position (the record's ordinal over all
 shards), so a lookup is a binary search and a million keys take tens of megabytes, not gigabytes.
 

@@ -67,14 +67,12 @@ def copied(store: RecordStore, c: int, wanted: Collection[int] | None, batch_row
     store.fs.invalidate_cache(store.work(SEEDS))  # written by another task since this process last looked
     try:
         with store.fs.open(path, "rb") as f:
-            rows = read_parquet(f, path, [ROW])[ROW].to_numpy()
+            table = read_parquet(f, path)  # at most COPY_ROWS seeds: read whole, once
     except FileNotFoundError:
         return None
     picked = np.fromiter(wanted, dtype=np.int64, count=len(wanted))
-    if not np.isin(picked, rows).all():
+    if not np.isin(picked, table[ROW].to_numpy()).all():
         return None
-    with store.fs.open(path, "rb") as f:
-        table = read_parquet(f, path)
     table = table.filter(pc.is_in(table[ROW], value_set=pa.array(picked)))
     table = table.take(pc.sort_indices(table[ROW]))
     return _batches(table, batch_rows)
