@@ -92,13 +92,14 @@ class Meter:
 class Waiting:
     """A wait in progress: `stop()` ends the reminders (also called when the `with` block exits)."""
 
-    def __init__(self, label: str, what: str, detail: str, emit: Progress, every_s: float, clock: Callable[[], float]):
+    def __init__(self, label: str, what: str, detail: str, emit: Progress, every_s: float, clock: Callable[[], float],
+                 status: Callable[[], str] | None = None):
         self._stop, self.started, self.clock = threading.Event(), clock(), clock
         emit(f"{label}: {what}" + (f" ({detail})" if detail else ""))
 
         def remind() -> None:
             while not self._stop.wait(every_s):
-                emit(f"{label}: still {what} ({duration(self.clock() - self.started)} so far)")
+                emit(f"{label}: still {what} ({duration(self.clock() - self.started)} so far{_status(status)})")
 
         self._thread = threading.Thread(target=remind, name="progress-reminder", daemon=True)
         self._thread.start()
@@ -111,16 +112,31 @@ class Waiting:
         return self.clock() - self.started
 
 
+def _status(status: Callable[[], str] | None) -> str:
+    """'; <what else is moving>' for a reminder, or nothing (also when asking fails: a progress line
+    never stops the work it describes)."""
+    if status is None:
+        return ""
+    try:
+        text = status()
+    except Exception:  # e.g. a listing of an object store that timed out
+        return ""
+    return f"; {text}" if text else ""
+
+
 @contextlib.contextmanager
 def waiting(label: str, what: str, detail: str, emit: Progress, every_s: float = 30.0,
-            clock: Callable[[], float] = time.monotonic) -> Iterator[Waiting]:
+            clock: Callable[[], float] = time.monotonic, status: Callable[[], str] | None = None) -> Iterator[Waiting]:
     """Say '<label>: <what> (<detail>)' now, then '<label>: still <what> (45 s so far)' every
-    `every_s` seconds until `stop()` or the end of the block.
+    `every_s` seconds until `stop()` or the end of the block; with `status`, each reminder adds what
+    it returns ('still ... (45 s so far; 12 of 46 chunks planned)').
 
     For waits whose end nobody can predict (an engine loading its weights): silence for minutes
-    reads as a hang. The reminder runs on a daemon thread.
+    reads as a hang. And where other work goes on during the wait (a streamed run plans its chunks
+    while the engine starts, and sends nothing while every call is cached), `status` shows it moving.
+    The reminder runs on a daemon thread.
     """
-    wait = Waiting(label, what, detail, emit, every_s, clock)
+    wait = Waiting(label, what, detail, emit, every_s, clock, status)
     try:
         yield wait
     finally:

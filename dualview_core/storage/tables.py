@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import posixpath
 import uuid
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dualview_core.contracts import QUARANTINE, Rejected, conform
 from dualview_core.storage.filesystems import SourceError, filesystem
+
+T = TypeVar("T")
+READ_AHEAD = 4  # row groups decoded ahead of the one being written
 
 
 class TableWriter:
@@ -79,6 +85,32 @@ def read_parquet(f, path: str, columns: list[str] | None = None) -> pa.Table:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SourceError(f"{path}: not a readable Parquet file ({first}); it is damaged or was never "
                           "finished") from None
+
+
+def read_ahead(items: Iterable[T], depth: int = READ_AHEAD) -> Iterator[T]:
+    """`items` in order, produced on a thread of their own up to `depth` ahead of the caller.
+
+    Arrow decodes and encodes Parquet without the GIL, so a loop that reads row groups and writes
+    them to another file keeps two cores busy when the reading runs here. Only one item is ever
+    being produced at a time (one thread), so a generator over an open file stays safe. An
+    exception raised while producing comes out where the caller takes that item; closing this
+    iterator early waits for the item in production and closes `items`.
+
+        >>> list(read_ahead(iter(range(5)), depth=2))
+        [0, 1, 2, 3, 4]
+    """
+    source, end = iter(items), object()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="read-ahead")
+    try:
+        ahead = deque(pool.submit(next, source, end) for _ in range(max(1, depth)))
+        while (item := ahead.popleft().result()) is not end:
+            ahead.append(pool.submit(next, source, end))
+            yield item
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
 
 
 def quarantine_table(rejected: Iterable[Rejected], source: str) -> pa.Table:

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD, Rejected
 from dualview_core.method.dual_view import make_dual_view
-from dualview_core.storage.tables import TableWriter
+from dualview_core.storage.tables import TableWriter, read_ahead
 from dualview_core.storage.layout import DUAL_VIEWS, REJECTIONS, REPORT
 from dualview_core.data.chunks import locator
 from dualview_core.data.seeds import acyclic
@@ -174,9 +174,10 @@ def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progre
 
 def _merge(store: RecordStore, name: str, schema: pa.Schema, parts: list[str]) -> int:
     """OUT/<name> from the parts in OUT/.work/derived/ (their rows' locators left out), in the order
-    given, a row group at a time; written (empty) even when there is none. Returns its rows."""
+    given, a row group at a time (read ahead on a thread of its own while the last is encoded);
+    written (empty) even when there is none. Returns its rows."""
     with TableWriter(store.path(name), schema, store.options) as out:
-        for table, _ in derived_parts(store, parts):
+        for table, _ in read_ahead(derived_parts(store, parts)):
             out.write(table)
     return out.rows
 

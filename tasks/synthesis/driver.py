@@ -41,7 +41,7 @@ from dualview_core.method.prompting import prompt_version, template_named
 from dualview_core.data.sources import source_fingerprint
 from dualview_core.synthesis.records import CostSummary
 from tasks.synthesis.judging import Asking, RecordStage
-from tasks.synthesis.planning import (STAGED, FirstPass, first_pass, plan_seeds, plan_stream, source_errors,
+from tasks.synthesis.planning import (PLANNED, STAGED, FirstPass, first_pass, plan_seeds, plan_stream, source_errors,
                                       streamed_plan, streams, unstaged)
 from tasks.progress import Progress, duration
 from tasks.synthesis.publishing import (COST_COLUMNS, PROGRESS_STEPS, Answered, Shelf, StagedRows, Streamed, published,
@@ -253,7 +253,11 @@ def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary,
     meter = Meter("synthesis", None, "rows", progress, every_s=PROGRESS_EVERY_S)
     answered: list = []  # the answered keys, fixed-width: which calls of the plan came back
     source = Streamed(lambda columns: plan_stream(job, columns))
-    with source_errors(), waiting("synthesis", *start_wait(cfg), progress) as wait:
+
+    def planned() -> str:  # the reminders while the engine starts: what planning has done meanwhile
+        return f"{len(store.work_files(PLANNED))} of {len(job.chunks)} chunks planned"
+
+    with source_errors(), waiting("synthesis", *start_wait(cfg), progress, status=planned) as wait:
         for n, summary in enumerate(published(cfg, model_path, source, judging.columns, RecordStage, (judging,), shelf, ask.prompted)):
             answered.append(fixed_width(summary["cache_key"]))
             back = account(summary, None, costs)

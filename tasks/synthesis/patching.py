@@ -35,7 +35,7 @@ from dualview_core.contracts import DUAL_VIEW_ROW, SYNTHESIS_RECORD
 from dualview_core.keys import canonical_json, digest
 from dualview_core.method.dual_view import dual_view_key
 from dualview_core.storage.layout import DUAL_VIEWS, REJECTIONS
-from dualview_core.storage.tables import TableWriter
+from dualview_core.storage.tables import TableWriter, read_ahead
 from dualview_core.synthesis.records import cache_key, guard_verdict
 from dualview_core.synthesis.report import EXAMPLES_PER_REASON
 from tasks.synthesis.record_store import RecordStore
@@ -219,7 +219,7 @@ def patch(store: RecordStore, reuse: Reuse, parts: Mapping[str, list[str]], fetc
     for name, schema in ROW_COLUMNS.items():
         first: list[pa.Table] = []
         with TableWriter(store.path(name), schema, store.options) as out:
-            for table in merged(_kept(store, name, reuse), derived_parts(store, parts[name])):
+            for table in merged(read_ahead(_kept(store, name, reuse)), read_ahead(derived_parts(store, parts[name]))):
                 out.write(table)
                 first.append(_first_of_each(table, first))
         written[name] = out.rows

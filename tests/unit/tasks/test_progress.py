@@ -71,6 +71,28 @@ def test_a_wait_is_announced_and_reminded_until_it_stops():
     assert len(lines) == count  # nothing after stop
 
 
+def test_a_reminder_says_what_moves_during_the_wait_and_survives_a_failing_status():
+    lines, reminded, planned = [], threading.Event(), iter([3, 7])
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        if len(lines) >= 4:
+            reminded.set()
+
+    def status() -> str:
+        n = next(planned, None)
+        if n is None:
+            raise OSError("listing timed out")
+        return f"{n} of 46 chunks planned"
+
+    with waiting("synthesis", "starting the Ray Data client stage", "", emit, every_s=0.01, status=status):
+        assert reminded.wait(5)
+    assert lines[0] == "synthesis: starting the Ray Data client stage"
+    assert lines[1].startswith("synthesis: still starting the Ray Data client stage (")
+    assert lines[1].endswith(" so far; 3 of 46 chunks planned)") and lines[2].endswith(" so far; 7 of 46 chunks planned)")
+    assert lines[3].endswith(" so far)")  # the status failed: the reminder goes on without it
+
+
 def test_training_progress_has_the_plan_the_share_and_an_eta():
     clock = Clock(0.0)
     lines = TrainProgress(every=10, clock=clock)
