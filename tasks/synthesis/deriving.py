@@ -148,6 +148,8 @@ def derive(cur: Current, seeds: np.ndarray, costs: CostSummary, progress: Progre
         costs.verify_failed += summary["verify_failed"]
         retry += summary["verify_retry"]
     order = sorted(c for c, _ in chunks)
+    progress(f"synthesis: {len(order)} chunk(s) derived; writing {DUAL_VIEWS} and {REJECTIONS}"
+             + (" with the last run's kept rows" if kept is not None else ""))
     parts = {DUAL_VIEWS: [f"{c:06d}-views.parquet" for c in order], REJECTIONS: [f"{c:06d}-rejections.parquet" for c in order]}
     if kept is None:
         views = _merge(store, DUAL_VIEWS, DUAL_VIEW_ROW, parts[DUAL_VIEWS])
