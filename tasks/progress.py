@@ -99,7 +99,9 @@ class Waiting:
 
         def remind() -> None:
             while not self._stop.wait(every_s):
-                emit(f"{label}: still {what} ({duration(self.clock() - self.started)} so far{_status(status)})")
+                line = f"{label}: still {what} ({duration(self.clock() - self.started)} so far{_status(status)})"
+                if not self._stop.is_set():  # a slow status must not remind of a wait that has ended
+                    emit(line)
 
         self._thread = threading.Thread(target=remind, name="progress-reminder", daemon=True)
         self._thread.start()

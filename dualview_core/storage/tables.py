@@ -1,7 +1,7 @@
 """Writing and reading contract tables on a local path or `s3://`, always through a schema.
 
-Owns file layout and atomicity of single files (write to a temporary name, then move). It does not
-know what the tables mean.
+Owns file layout and atomicity of single files (write to a temporary name, then move), and reading
+row groups ahead of a writer that copies them (`read_ahead`). It does not know what the tables mean.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ workers once; a worker reads the shards it needs, a few at a time). Then:
   staged in OUT/.work/verify/ for tasks/synthesis/verification.py's engine pass.
 
 A planned row without a record fails the run: every planned row has one by then. The driver holds
-the counts, a few examples and a row group; a task holds a batch of seeds.
+the counts, a few examples and a few row groups (the next READ_AHEAD decoded while one is
+written: dualview_core/storage/tables.py); a task holds a batch of seeds.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,8 +181,9 @@ def _merge(store: RecordStore, name: str, schema: pa.Schema, parts: list[str]) -
     given, a row group at a time (read ahead on a thread of its own while the last is encoded);
     written (empty) even when there is none. Returns its rows."""
     with TableWriter(store.path(name), schema, store.options) as out:
-        for table, _ in read_ahead(derived_parts(store, parts)):
-            out.write(table)
+        with closing(read_ahead(derived_parts(store, parts))) as groups:
+            for table, _ in groups:
+                out.write(table)
     return out.rows
 
 

@@ -254,8 +254,8 @@ def _stream(job: FirstPass, store: RecordStore, ask: Asking, costs: CostSummary,
     answered: list = []  # the answered keys, fixed-width: which calls of the plan came back
     source = Streamed(lambda columns: plan_stream(job, columns))
 
-    def planned() -> str:  # the reminders while the engine starts: what planning has done meanwhile
-        return f"{len(store.work_files(PLANNED))} of {len(job.chunks)} chunks planned"
+    def planned() -> str:  # the reminders while the engine starts (their thread): what planning has done
+        return f"{store.work_count(PLANNED)} of {len(job.chunks)} chunks planned"
 
     with source_errors(), waiting("synthesis", *start_wait(cfg), progress, status=planned) as wait:
         for n, summary in enumerate(published(cfg, model_path, source, judging.columns, RecordStage, (judging,), shelf, ask.prompted)):

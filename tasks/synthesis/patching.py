@@ -16,13 +16,15 @@ record; an accepted row's record is found again from its dual-view key), plus th
 examples are the first rows of each outcome in the merged files. The result equals a full derive:
 the same rows in the same order and the same report.md.
 
-The driver holds the kept seeds' keys and locators (tens of bytes a seed) and a row group.
+The driver holds the kept seeds' keys and locators (tens of bytes a seed) and a few row groups: each
+input's next READ_AHEAD decoded ahead (dualview_core/storage/tables.py) and the one being merged.
 """
 
 from __future__ import annotations
 
 import posixpath
 from collections import Counter
+from contextlib import closing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -219,9 +221,11 @@ def patch(store: RecordStore, reuse: Reuse, parts: Mapping[str, list[str]], fetc
     for name, schema in ROW_COLUMNS.items():
         first: list[pa.Table] = []
         with TableWriter(store.path(name), schema, store.options) as out:
-            for table in merged(read_ahead(_kept(store, name, reuse)), read_ahead(derived_parts(store, parts[name]))):
-                out.write(table)
-                first.append(_first_of_each(table, first))
+            with closing(read_ahead(_kept(store, name, reuse))) as kept, \
+                    closing(read_ahead(derived_parts(store, parts[name]))) as new:
+                for table in merged(kept, new):
+                    out.write(table)
+                    first.append(_first_of_each(table, first))
         written[name] = out.rows
         rows = [r for t in first for r in t.to_pylist()]
         if name == DUAL_VIEWS:

@@ -199,6 +199,16 @@ class RecordStore:
         """A folder of this run's intermediate files, OUT/.work/<name>, as a path in `fs`."""
         return posixpath.join(self.root, WORK, name)
 
+    def work_count(self, name: str) -> int:
+        """How many Parquet files OUT/.work/<name> holds now, listed afresh (0 when it does not exist).
+        Safe from another thread while the run goes on: it refreshes one listing instead of clearing
+        the filesystem's shared cache, which s3fs reads without a lock (`work_files` clears it)."""
+        try:
+            names = self.fs.ls(self.work(name), detail=False, refresh=True)
+        except FileNotFoundError:
+            return 0
+        return sum(str(n).endswith(".parquet") for n in names)
+
     def work_files(self, name: str) -> list[str]:
         """The Parquet files in OUT/.work/<name>, in name order (none when it does not exist)."""
         self.fs.invalidate_cache()  # written by other processes since this one last looked

@@ -65,6 +65,20 @@ def test_quarantine_and_outputs_are_written_to_s3(bucket, s3_options, tmp_path):
     assert not [p for p in fs.ls(f"{name}/out") if p.endswith(".tmp")]
 
 
+def test_work_count_on_s3_sees_parts_another_client_wrote_after_a_cached_listing(bucket, s3_options):
+    from tasks.synthesis.record_store import RecordStore
+
+    _, name = bucket
+    store = RecordStore(f"s3://{name}/counted", s3_options)
+    worker = s3fs.S3FileSystem(skip_instance_cache=True, **s3_options)  # another process's client
+    assert store.work_count("plan") == 0  # no folder yet
+    worker.pipe(f"{name}/counted/.work/plan/000000.parquet", b"x")
+    assert store.work_count("plan") == 1
+    assert len(store.fs.ls(store.work("plan"), detail=False)) == 1  # the store's filesystem caches this listing
+    worker.pipe(f"{name}/counted/.work/plan/000001.parquet", b"x")
+    assert store.work_count("plan") == 2
+
+
 def test_eval_set_from_s3_equals_disk(bucket, s3_options):
     fs, name = bucket
     fs.put(sample.followir_path(), f"{name}/followir", recursive=True)

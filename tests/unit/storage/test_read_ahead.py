@@ -27,7 +27,8 @@ def test_items_come_in_order_and_are_produced_ahead_of_the_caller():
     assert next(out) == 0
     for _ in range(depth + 1):  # the first item, then `depth` more queued while the caller holds it
         assert produced_ahead.acquire(timeout=5)
-    assert made[:depth + 1] == list(range(depth + 1))
+    assert not produced_ahead.acquire(timeout=0.2)  # and no further than `depth` ahead
+    assert made == list(range(depth + 1))
     assert list(out) == list(range(1, 10))
     assert threads and caller not in threads
 
@@ -54,9 +55,31 @@ def test_stopping_early_closes_the_source():
         finally:
             closed.set()
 
-    out = read_ahead(items(), depth=2)
+    source = items()  # held here too: the source is closed by read_ahead, not by being freed
+    out = read_ahead(source, depth=2)
     assert [next(out), next(out)] == [0, 1]
     out.close()
+    assert closed.is_set()
+
+
+def test_stopping_while_an_item_is_in_production_waits_for_it_then_closes_the_source():
+    producing, release, closed = threading.Event(), threading.Event(), threading.Event()
+
+    def items():
+        try:
+            yield 0
+            producing.set()
+            release.wait(5)  # a slow row group
+            yield 1
+        finally:
+            closed.set()
+
+    source = items()
+    out = read_ahead(source, depth=1)
+    assert next(out) == 0
+    assert producing.wait(5)
+    threading.Timer(0.2, release.set).start()
+    out.close()  # would raise "generator already executing" if it did not wait
     assert closed.is_set()
 
 
@@ -69,4 +92,5 @@ def test_the_module_doctests_hold():
 
     from dualview_core.storage import tables
 
-    assert doctest.testmod(tables).attempted and doctest.testmod(tables).failed == 0
+    result = doctest.testmod(tables)
+    assert result.attempted and result.failed == 0

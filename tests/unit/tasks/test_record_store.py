@@ -71,3 +71,15 @@ def test_a_shard_written_again_by_the_same_run_replaces_itself(tmp_path):
     other_run = store.write_shard([rec("a"), rec("b")], run="r2")
     other_keys = store.write_shard([rec("a")], run="r1")
     assert len({first, other_run, other_keys}) == 3 and len(store.shard_names()) == 3
+
+
+def test_work_count_sees_files_written_after_a_listing_and_only_finished_parquet(tmp_path):
+    store = RecordStore(str(tmp_path))
+    assert store.work_count("plan") == 0  # no folder yet
+    folder = tmp_path / ".work" / "plan"
+    folder.mkdir(parents=True)
+    (folder / "000000.parquet").write_bytes(b"x")
+    assert store.work_count("plan") == 1
+    (folder / "000001.parquet").write_bytes(b"x")
+    (folder / ".000002.parquet.0123.tmp").write_bytes(b"x")  # a part still being written
+    assert store.work_count("plan") == 2 == len(store.work_files("plan"))
