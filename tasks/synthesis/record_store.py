@@ -200,19 +200,19 @@ class RecordStore:
         return posixpath.join(self.root, WORK, name)
 
     def work_count(self, name: str) -> int:
-        """How many Parquet files OUT/.work/<name> holds now, listed afresh (0 when it does not exist).
-        Safe from another thread while the run goes on: it refreshes one listing instead of clearing
-        the filesystem's shared cache, which s3fs reads without a lock (`work_files` clears it)."""
+        """How many Parquet files OUT/.work/<name> holds now (0 when it does not exist)."""
+        return len(self.work_files(name))
+
+    def work_files(self, name: str) -> list[str]:
+        """The Parquet files in OUT/.work/<name> now, in name order (none when it does not exist).
+        Ray workers write there, so the folder is listed afresh each time. Only that one listing is
+        refreshed: clearing the filesystem's whole cache would race with other threads, because s3fs
+        reads its cache without a lock (the progress reminders count plan parts from a thread)."""
         try:
             names = self.fs.ls(self.work(name), detail=False, refresh=True)
         except FileNotFoundError:
-            return 0
-        return sum(str(n).endswith(".parquet") for n in names)
-
-    def work_files(self, name: str) -> list[str]:
-        """The Parquet files in OUT/.work/<name>, in name order (none when it does not exist)."""
-        self.fs.invalidate_cache()  # written by other processes since this one last looked
-        return sorted(self.fs.glob(posixpath.join(self.work(name), "*.parquet")))
+            return []
+        return sorted(str(n) for n in names if str(n).endswith(".parquet"))
 
     def clear_work(self) -> None:
         """Remove OUT/.work: this run's intermediate files, or a killed run's (the lock keeps runs apart)."""
