@@ -135,9 +135,21 @@ class RecordStore:
     def path(self, name: str) -> str:
         return f"{self.out}/{name}"
 
+    def _listed(self, folder: str, prefix: str = "") -> list[str]:
+        """The Parquet files in `folder` (a path in `fs`) whose names start with `prefix`, in name
+        order; none when it does not exist. Ray workers write into these folders, so each listing is
+        fetched afresh. Only that one listing is refreshed: clearing the filesystem's whole cache
+        would race with other threads, as s3fs reads its cache without a lock (the progress
+        reminders count plan parts from a thread)."""
+        try:
+            paths = self.fs.ls(folder, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        names = ((str(p), posixpath.basename(str(p))) for p in paths)
+        return sorted(p for p, n in names if n.startswith(prefix) and n.endswith(".parquet"))
+
     def _shards(self, folder: str) -> list[str]:
-        pattern = posixpath.join(self.root, folder, "part-*.parquet")
-        return sorted(self.fs.glob(pattern))
+        return self._listed(posixpath.join(self.root, folder), "part-")
 
     def read_shard(self, shard: str, columns: list[str] | None = None) -> pa.Table:
         with self.fs.open(shard, "rb") as f:
@@ -204,15 +216,8 @@ class RecordStore:
         return len(self.work_files(name))
 
     def work_files(self, name: str) -> list[str]:
-        """The Parquet files in OUT/.work/<name> now, in name order (none when it does not exist).
-        Ray workers write there, so the folder is listed afresh each time. Only that one listing is
-        refreshed: clearing the filesystem's whole cache would race with other threads, because s3fs
-        reads its cache without a lock (the progress reminders count plan parts from a thread)."""
-        try:
-            names = self.fs.ls(self.work(name), detail=False, refresh=True)
-        except FileNotFoundError:
-            return []
-        return sorted(str(n) for n in names if str(n).endswith(".parquet"))
+        """The Parquet files in OUT/.work/<name> now, in name order (none when it does not exist)."""
+        return self._listed(self.work(name))
 
     def clear_work(self) -> None:
         """Remove OUT/.work: this run's intermediate files, or a killed run's (the lock keeps runs apart)."""

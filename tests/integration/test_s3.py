@@ -65,7 +65,7 @@ def test_quarantine_and_outputs_are_written_to_s3(bucket, s3_options, tmp_path):
     assert not [p for p in fs.ls(f"{name}/out") if p.endswith(".tmp")]
 
 
-def test_work_count_on_s3_sees_parts_another_client_wrote_after_a_cached_listing(bucket, s3_options):
+def test_listings_on_s3_see_files_another_client_wrote_after_a_cached_listing(bucket, s3_options):
     from tasks.synthesis.record_store import RecordStore
 
     _, name = bucket
@@ -76,7 +76,17 @@ def test_work_count_on_s3_sees_parts_another_client_wrote_after_a_cached_listing
     assert store.work_count("plan") == 1
     assert len(store.fs.ls(store.work("plan"), detail=False)) == 1  # the store's filesystem caches this listing
     worker.pipe(f"{name}/counted/.work/plan/000001.parquet", b"x")
+    worker.pipe(f"{name}/counted/.work/plan/.000002.parquet.tmp", b"x")  # a write in flight
     assert store.work_count("plan") == 2
+    assert [p.rsplit("/", 1)[1] for p in store.work_files("plan")] == ["000000.parquet", "000001.parquet"]
+
+    assert store.shard_names() == []
+    worker.pipe(f"{name}/counted/records/part-b.parquet", b"x")  # a Ray worker publishes shards
+    assert store.shard_names() == ["part-b.parquet"]
+    assert len(store.fs.ls(f"{name}/counted/records", detail=False)) == 1  # cached
+    worker.pipe(f"{name}/counted/records/part-a.parquet", b"x")
+    worker.pipe(f"{name}/counted/records/.part-c.parquet.tmp", b"x")
+    assert store.shard_names() == ["part-a.parquet", "part-b.parquet"]
 
 
 def test_eval_set_from_s3_equals_disk(bucket, s3_options):
